@@ -1,0 +1,3 @@
+from shapelint.cli import main
+import sys
+sys.exit(main())

@@ -1,0 +1,170 @@
+"""Estimate: the time of each GEMM on a GPU profile, before and after a change.
+
+The model, per GEMM (all numbers from the profile):
+
+    compute = flops / (peak(dtype) · alignment · tile · wave)
+    memory  = min_bytes / (bandwidth · memory_efficiency)
+    time    = max(compute, memory, min_gemm) + copies
+
+- ``peak(dtype)``: the rate a large aligned GEMM reaches (measured or datasheet x
+  achievable); fp32 without TF32 uses the CUDA-core rate, fused attention GEMMs
+  ``attention_efficiency`` of the dense rate.
+- ``alignment``: the calibrated efficiency for the worst-aligned operand (pointer,
+  leading dimension, batch stride) of a tensor-core GEMM; 1 when all are 16-byte
+  aligned and for GEMMs off the tensor cores.
+- ``tile``: useful fraction of the output tiles; ``wave``: useful fraction of the
+  last wave of tiles over the SMs, weighted by how much of it cuBLAS still pays on
+  this architecture (stream-K hides most of it on Hopper). cuBLAS is taken to pick
+  the best tile of the profile's list.
+- ``copies``: an operand that needs a contiguous copy first (neither stride is 1,
+  or an NCHW activation for an implicit-GEMM convolution) costs a read and a write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Sequence
+
+from shapelint.hardware import Hardware, aligned_bytes, ceil_div
+from shapelint.records import Gemm, Operand
+
+
+@dataclass(frozen=True)
+class GemmTime:
+    seconds: float
+    compute_s: float
+    memory_s: float
+    alignment: float
+    tile: float
+    wave: float
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+def operand_alignment(op: Operand, dtype_bytes: int, cap: int) -> int:
+    """Bytes of alignment the kernel gets for this operand (up to ``cap``)."""
+    if not op.in_memory:
+        return cap
+    single = (op.cols if op.transposed else op.rows) <= 1
+    worst = cap if single else aligned_bytes(op.ld, dtype_bytes, cap)
+    worst = min(worst, aligned_bytes(op.offset, dtype_bytes, cap))
+    if op.batch_stride:
+        worst = min(worst, aligned_bytes(op.batch_stride, dtype_bytes, cap))
+    return worst
+
+
+def gemm_alignment(g: Gemm, hw: Hardware) -> int:
+    """The worst alignment (bytes) over A, B and the output."""
+    cap = hw.alignment_bytes
+    return min(operand_alignment(op, g.dtype_bytes, cap) for op in (g.a, g.b, g.out))
+
+
+def quantization(m: int, n: int, batch: int, hw: Hardware) -> tuple[float, float, tuple[int, int]]:
+    """(tile efficiency, wave efficiency, tile) for the profile tile that wastes least."""
+    best = (0.0, 0.0, hw.tiles[0])
+    for tm, tn in hw.tiles:
+        tiles = ceil_div(m, tm) * ceil_div(n, tn) * batch
+        tile_eff = (m * n * batch) / (tiles * tm * tn)
+        w = tiles / hw.sms
+        wave_raw = w / ceil_div(tiles, hw.sms)
+        wave_eff = 1.0 - hw.wave_weight * (1.0 - wave_raw)
+        if tile_eff * wave_eff > best[0] * best[1]:
+            best = (tile_eff, wave_eff, (tm, tn))
+    return best
+
+
+def _rate(g: Gemm, hw: Hardware) -> tuple[float, float]:
+    """(FLOP/s of a large aligned GEMM in this dtype, alignment efficiency)."""
+    peak = hw.peak_tflops(g.dtype) * 1e12
+    if g.role in ("attn_scores", "attn_values"):
+        peak *= hw.attention_efficiency
+    if not hw.uses_tensor_cores(g.dtype):
+        return peak, 1.0
+    return peak, hw.misalignment_efficiency(g.dtype_bytes, gemm_alignment(g, hw))
+
+
+def gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
+    peak, align = _rate(g, hw)
+    tile, wave, _ = quantization(g.m, g.n, g.batch, hw)
+    compute = g.flops / (peak * align * tile * wave)
+    bw = hw.bandwidth * hw.memory_efficiency
+    memory = g.min_bytes / bw
+    copies = sum(2 * op.rows * op.cols * g.batch * g.dtype_bytes for op in (g.a, g.b, g.out) if op.copied) / bw
+    seconds = max(compute, memory, hw.min_gemm_us * 1e-6) + copies
+    return GemmTime(seconds, compute, memory, align, tile, wave)
+
+
+def total_ms(gemms: Iterable[Gemm], hw: Hardware) -> float:
+    return 1e3 * sum(gemm_time(g, hw).seconds for g in gemms)
+
+
+# -- changing a size ------------------------------------------------------------
+
+
+def _resize_operand(op: Operand, old: int, new: int) -> Operand:
+    rows = new if op.rows == old else op.rows
+    cols = new if op.cols == old else op.cols
+    ld = new if op.ld == old else op.ld
+    # a batch stride that held `old` rows or columns grows with them
+    batch_stride = op.batch_stride
+    if batch_stride and (op.rows == old or op.cols == old):
+        batch_stride = rows * cols if op.batch_stride == op.rows * op.cols else batch_stride
+    return replace(op, rows=rows, cols=cols, ld=ld, batch_stride=batch_stride)
+
+
+def resize(g: Gemm, old: int, new: int) -> Gemm:
+    """The same GEMM with every dimension and leading dimension equal to ``old``
+    set to ``new`` (what padding a layer's size from ``old`` to ``new`` does)."""
+    if old == new:
+        return g
+    return replace(
+        g,
+        m=new if g.m == old else g.m,
+        n=new if g.n == old else g.n,
+        k=new if g.k == old else g.k,
+        a=_resize_operand(g.a, old, new),
+        b=_resize_operand(g.b, old, new),
+        out=_resize_operand(g.out, old, new),
+    )
+
+
+#: a candidate size within this fraction of the best time counts as reaching it
+NEAR_BEST = 0.01
+
+
+def best_size(
+    old: int,
+    cost: Callable[[int], float],
+    step: int,
+    *,
+    search: int = 256,
+    must_divide: int = 1,
+) -> int:
+    """The smallest size >= ``old`` whose estimated ``cost`` is within NEAR_BEST of the
+    best over the multiples of ``step`` up to the next multiple of ``search`` (and
+    divisible by ``must_divide``: the tensor-parallel degree)."""
+    unit = step * must_divide // _gcd(step, must_divide)
+    first = ceil_div(old, unit) * unit
+    limit = max(first, ceil_div(old, max(search, unit)) * max(search, unit))
+    candidates = list(range(first, limit + 1, unit))
+    costs = [cost(c) for c in candidates]
+    floor = min(costs)
+    for c, t in zip(candidates, costs):
+        if t <= floor * (1 + NEAR_BEST):
+            return c
+    return candidates[-1]
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def covered_ms(gemms: Sequence[Gemm], hw: Hardware, old: int | None = None, new: int | None = None) -> float:
+    """Estimated time of ``gemms``, optionally after resizing ``old`` → ``new``."""
+    if old is None or new is None:
+        return total_ms(gemms, hw)
+    return total_ms((resize(g, old, new) for g in gemms), hw)

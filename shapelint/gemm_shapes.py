@@ -1,0 +1,268 @@
+"""Shape extraction: aten matmul-class ops → the GEMMs they run. The only place that
+reads sizes and strides off tensors.
+
+Works on anything tensor-like with ``shape``, ``stride()`` and ``storage_offset()``
+(fake, meta or real tensors), so the dispatch-mode capture and the FX graph dump
+share it.
+
+>>> import torch
+>>> a, b = torch.empty(5, 8, device="meta"), torch.empty(16, 8, device="meta").t()
+>>> [(g.op, g.m, g.n, g.k) for g in extract("mm", (a, b), {}, a @ b)]
+[('mm', 5, 16, 8)]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from shapelint.records import Operand
+
+#: aten op packets that run GEMMs, by name (``torch.ops.aten.<name>``)
+GEMM_OPS = frozenset(
+    {
+        "mm",
+        "addmm",
+        "_addmm_activation",
+        "bmm",
+        "baddbmm",
+        "_scaled_mm",
+        "_grouped_mm",
+        "_scaled_grouped_mm",
+        "convolution",
+        "convolution_backward",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention_for_cpu_backward",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_backward",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_efficient_attention_backward",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_cudnn_attention_backward",
+    }
+)
+
+#: ops whose GEMMs are backward ones even though no autograd node runs them
+#: (they appear in FX graphs; in eager capture the autograd node tells the phase)
+BACKWARD_OPS = frozenset(n for n in GEMM_OPS if n.endswith("_backward"))
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """One GEMM as an op runs it; ``part`` names which GEMM of a multi-GEMM op
+    (``grad_input`` / ``grad_weight`` of a convolution backward, ``qk`` / ``pv`` /
+    ``dq``... of attention)."""
+
+    op: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    a: Operand
+    b: Operand
+    out: Operand
+    part: str = ""
+    role: str = ""
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.batch
+
+
+def matrix(rows: int, cols: int, s_row: int, s_col: int, offset: int = 0, batch_stride: int = 0) -> Operand:
+    """The layout cuBLAS gets for a rows x cols matrix with these strides
+    (mirrors ATen's ``prepare_matrix_for_cublas``)."""
+    if s_col == 1 and (rows == 1 or s_row >= max(1, cols)):
+        return Operand(rows, cols, s_row if rows > 1 else cols, False, False, offset, batch_stride)
+    if s_row == 1 and (cols == 1 or s_col >= max(1, rows)):
+        return Operand(rows, cols, s_col if cols > 1 else rows, True, False, offset, batch_stride)
+    # neither stride is 1: ATen copies to a contiguous (row-major) matrix first
+    return Operand(rows, cols, cols, False, True, 0, rows * cols if batch_stride else 0)
+
+
+def _mat2d(t: Any) -> Operand:
+    r, c = int(t.shape[0]), int(t.shape[1])
+    s = t.stride()
+    return matrix(r, c, int(s[0]), int(s[1]), int(t.storage_offset()))
+
+
+def _mat3d(t: Any) -> Operand:
+    _, r, c = (int(x) for x in t.shape)
+    s = t.stride()
+    return matrix(r, c, int(s[1]), int(s[2]), int(t.storage_offset()), int(s[0]))
+
+
+def _dense(rows: int, cols: int, batched: bool = False) -> Operand:
+    return Operand(rows, cols, cols, batch_stride=rows * cols if batched else 0)
+
+
+def _on_chip(rows: int, cols: int) -> Operand:
+    return Operand(rows, cols, cols, in_memory=False)
+
+
+def _first(x: Any) -> Any:
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+def _mm(op: str, a: Any, b: Any, out: Any) -> list[GemmShape]:
+    m, k = int(a.shape[0]), int(a.shape[1])
+    n = int(b.shape[1])
+    return [GemmShape(op, m, n, k, 1, _mat2d(a), _mat2d(b), _mat2d(_first(out)))]
+
+
+def _bmm(op: str, a: Any, b: Any, out: Any) -> list[GemmShape]:
+    batch, m, k = (int(x) for x in a.shape)
+    n = int(b.shape[2])
+    return [GemmShape(op, m, n, k, batch, _mat3d(a), _mat3d(b), _mat3d(_first(out)))]
+
+
+def _channels_matrix(t: Any, rows: int, channels: int) -> Operand:
+    """An N·H·W x C view of an activation: row-major with ld = C when channels-last;
+    an NCHW tensor has no such layout (cuDNN transposes it or skips tensor cores),
+    which is recorded as a copy."""
+    spatial = math.prod(int(s) for s in t.shape[2:])
+    channels_last = t.dim() >= 3 and (int(t.stride()[1]) == 1 or spatial == 1)
+    return Operand(rows, channels, channels, copied=not channels_last)
+
+
+def _conv(x: Any, w: Any, out: Any, transposed: bool, groups: int) -> list[GemmShape]:
+    """Convolution as the implicit GEMM that im2col lowering runs (per group)."""
+    out_t = _first(out)
+    batch_n = int(x.shape[0])
+    kernel = math.prod(int(s) for s in w.shape[2:])
+    if not transposed:
+        c_out, c_in_g = int(w.shape[0]), int(w.shape[1])
+        m = batch_n * math.prod(int(s) for s in out_t.shape[2:])
+        n, k = c_out // groups, c_in_g * kernel
+        a = _channels_matrix(x, m, c_in_g * groups)
+        c = _channels_matrix(out_t, m, c_out)
+    else:
+        c_in, c_out_g = int(w.shape[0]), int(w.shape[1])
+        m = batch_n * math.prod(int(s) for s in x.shape[2:])
+        n, k = c_out_g * kernel, c_in // groups
+        a = _channels_matrix(x, m, c_in)
+        c = _channels_matrix(out_t, m, c_out_g * groups)
+    b = Operand(k, n, k, transposed=True)  # weight is [C_out, C_in·R·S]: B = Wᵀ
+    return [GemmShape("convolution", m, n, k, groups, a, b, c, role="conv")]
+
+
+def _conv_backward(grad: Any, x: Any, w: Any, transposed: bool, groups: int, mask: Sequence[bool]) -> list[GemmShape]:
+    """dgrad and wgrad of a convolution, as im2col GEMMs (FLOPs match
+    ``torch.utils.flop_counter``'s ``conv_backward_flop`` for groups = 1)."""
+    kernel = math.prod(int(s) for s in w.shape[2:])
+    if not transposed:
+        c_out, c_in = int(w.shape[0]) // groups, int(w.shape[1])
+        rows = int(grad.shape[0]) * math.prod(int(s) for s in grad.shape[2:])
+        g_mat = _channels_matrix(grad, rows, c_out * groups)
+        x_mat = _channels_matrix(x, rows, c_in * groups)
+    else:
+        c_in, c_out = int(w.shape[0]) // groups, int(w.shape[1])
+        rows = int(x.shape[0]) * math.prod(int(s) for s in x.shape[2:])
+        g_mat = _channels_matrix(grad, rows, c_out * groups)
+        x_mat = _channels_matrix(x, rows, c_in * groups)
+        c_in, c_out = c_out, c_in  # the roles of the channel counts swap
+        g_mat, x_mat = x_mat, g_mat
+    shapes = []
+    if mask[0]:
+        # grad columns [rows, C_in·R·S] = grad_out [rows, C_out] @ W [C_out, C_in·R·S]
+        shapes.append(
+            GemmShape("convolution_backward", rows, c_in * kernel, c_out, groups, g_mat,
+                      Operand(c_out, c_in * kernel, c_in * kernel), _dense(rows, c_in * kernel),
+                      part="grad_input", role="conv")
+        )
+    if mask[1]:
+        # grad W [C_out, C_in·R·S] = grad_outᵀ [C_out, rows] @ columns [rows, C_in·R·S]
+        a = Operand(c_out, rows, g_mat.ld, transposed=True, copied=g_mat.copied)
+        shapes.append(
+            GemmShape("convolution_backward", c_out, c_in * kernel, rows, groups, a,
+                      Operand(rows, c_in * kernel, c_in * kernel), _dense(c_out, c_in * kernel),
+                      part="grad_weight", role="conv")
+        )
+    return shapes
+
+
+def _heads(q: Any) -> tuple[int, int, int, int]:
+    """(batch·heads, seq, head_dim, row stride) of a [B, H, T, D] attention operand."""
+    *lead, t, d = (int(s) for s in q.shape)
+    return math.prod(lead), t, d, int(q.stride()[-2])
+
+
+def _attn_operand(t: Any, rows: int, cols: int, transposed: bool) -> Operand:
+    _, _, _, ld = _heads(t)
+    if int(t.stride()[-1]) != 1:
+        return Operand(rows, cols, cols, copied=True)
+    return Operand(rows, cols, ld, transposed, False, int(t.storage_offset()))
+
+
+def _sdpa(op: str, q: Any, k: Any, v: Any) -> list[GemmShape]:
+    """The two GEMMs of a fused attention forward: S = Q Kᵀ, O = P V (P on chip)."""
+    bh, tq, d, _ = _heads(q)
+    _, tk, _, _ = _heads(k)
+    dv = int(v.shape[-1])
+    return [
+        GemmShape(op, tq, tk, d, bh, _attn_operand(q, tq, d, False), _attn_operand(k, d, tk, True),
+                  _on_chip(tq, tk), part="qk", role="attn_scores"),
+        GemmShape(op, tq, dv, tk, bh, _on_chip(tq, tk), _attn_operand(v, tk, dv, False),
+                  _dense(tq, dv), part="pv", role="attn_values"),
+    ]
+
+
+def _sdpa_backward(op: str, grad: Any, q: Any, k: Any, v: Any) -> list[GemmShape]:
+    """The five GEMMs of a fused attention backward (the flash/efficient kernels
+    recompute S = Q Kᵀ; the same five ``flop_counter.sdpa_backward_flop`` counts)."""
+    bh, tq, d, _ = _heads(q)
+    _, tk, _, _ = _heads(k)
+    dv = int(v.shape[-1])
+    return [
+        GemmShape(op, tq, tk, d, bh, _attn_operand(q, tq, d, False), _attn_operand(k, d, tk, True),
+                  _on_chip(tq, tk), part="qk_recompute", role="attn_scores"),
+        GemmShape(op, tk, dv, tq, bh, _on_chip(tk, tq), _attn_operand(grad, tq, dv, False),
+                  _dense(tk, dv), part="dv", role="attn_values"),
+        GemmShape(op, tq, tk, dv, bh, _attn_operand(grad, tq, dv, False), _attn_operand(v, dv, tk, True),
+                  _on_chip(tq, tk), part="dp", role="attn_scores"),
+        GemmShape(op, tq, d, tk, bh, _on_chip(tq, tk), _attn_operand(k, tk, d, False),
+                  _dense(tq, d), part="dq", role="attn_values"),
+        GemmShape(op, tk, d, tq, bh, _on_chip(tk, tq), _attn_operand(q, tq, d, False),
+                  _dense(tk, d), part="dk", role="attn_values"),
+    ]
+
+
+def _grouped_mm(op: str, a: Any, b: Any, out: Any) -> list[GemmShape]:
+    """``_grouped_mm`` of mixture-of-experts layers: tokens [T, K] x experts [G, K, N].
+    Tokens per expert are data dependent, so the record carries all T rows with
+    batch = 1 (the FLOPs are exact; the per-expert split is not)."""
+    if a.dim() == 2 and b.dim() == 3:
+        t, kk = int(a.shape[0]), int(a.shape[1])
+        n = int(b.shape[2])
+        return [GemmShape(op, t, n, kk, 1, _mat2d(a), _mat3d(b), _mat2d(_first(out)))]
+    if a.dim() == 3 and b.dim() == 3:
+        return _bmm(op, a, b, out)
+    # 2D x 2D (weight gradient, grouped over K): [N, T] x [T, K]
+    return _mm(op, a, b, out)
+
+
+def extract(name: str, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> list[GemmShape]:
+    """The GEMMs that aten op ``name`` (an overload packet name) runs for these
+    arguments and output. Empty for ops that run none."""
+    if name in ("mm", "_scaled_mm"):
+        return _mm(name, args[0], args[1], out)
+    if name in ("addmm", "_addmm_activation"):
+        return _mm(name, args[1], args[2], out)
+    if name == "bmm":
+        return _bmm(name, args[0], args[1], out)
+    if name == "baddbmm":
+        return _bmm(name, args[1], args[2], out)
+    if name in ("_grouped_mm", "_scaled_grouped_mm"):
+        return _grouped_mm(name, args[0], args[1], out)
+    if name == "convolution":
+        transposed = bool(args[6]) if len(args) > 6 else bool(kwargs.get("transposed", False))
+        groups = int(args[8]) if len(args) > 8 else int(kwargs.get("groups", 1))
+        return _conv(args[0], args[1], out, transposed, groups)
+    if name == "convolution_backward":
+        return _conv_backward(args[0], args[1], args[2], bool(args[7]), int(args[9]), list(args[10]))
+    if name.startswith("_scaled_dot_product_") and name.endswith("_backward"):
+        return _sdpa_backward("sdpa", args[0], args[1], args[2], args[3])
+    if name.startswith("_scaled_dot_product_"):
+        return _sdpa("sdpa", args[0], args[1], args[2])
+    return []

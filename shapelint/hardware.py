@@ -1,0 +1,207 @@
+"""GPU profiles: the only place hardware numbers come from.
+
+Each GPU is one YAML file in ``shapelint/profiles/`` (datasheet numbers with their
+sources, and measurements where we have them); ``_arch.yaml`` holds the calibrated
+per-architecture behaviour of cuBLAS (misalignment penalties, memory efficiency).
+A profile written by ``shapelint calibrate`` is just another file (``--gpu-profile``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shapelint.errors import ShapelintError
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+DEFAULT_GPU = "h100"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    key: str
+    name: str
+    aliases: tuple[str, ...]
+    arch: str
+    sms: int
+    l2_bytes: int
+    memory_bandwidth_gbps: float
+    tensor_tflops: dict[str, float]
+    fp32_tflops: float
+    alignment_bytes: int
+    tiles: tuple[tuple[int, int], ...]
+    wave_weight: float
+    achievable: float
+    sources: tuple[str, ...] = ()
+    measured: dict[str, Any] = field(default_factory=dict)
+    #: from _arch.yaml: efficiency of a tensor-core GEMM whose worst operand is only
+    #: N-byte aligned, per element size: {element_bytes: {aligned_bytes: efficiency}}
+    misaligned_efficiency: dict[int, dict[int, float]] = field(default_factory=dict)
+    memory_efficiency: float = 0.5
+    min_gemm_us: float = 5.0
+    attention_efficiency: float = 0.5
+    file: str = ""
+
+    def uses_tensor_cores(self, dtype: str) -> bool:
+        return dtype in self.tensor_tflops
+
+    def peak_tflops(self, dtype: str) -> float:
+        """The dense rate a large, aligned GEMM reaches in ``dtype`` (TFLOP/s):
+        measured where the profile has a measurement, else datasheet x achievable.
+        A dtype without tensor cores here runs on the CUDA cores."""
+        measured = self.measured.get(f"{dtype}_tflops")
+        if measured:
+            return float(measured)
+        if dtype in self.tensor_tflops:
+            return self.tensor_tflops[dtype] * self.achievable
+        if dtype in ("fp32", "tf32"):
+            return float(self.measured.get("fp32_tflops") or self.fp32_tflops * self.achievable)
+        if dtype == "fp8" and "fp16" in self.tensor_tflops:
+            return self.tensor_tflops["fp16"] * self.achievable
+        return self.fp32_tflops * self.achievable
+
+    @property
+    def bandwidth(self) -> float:
+        """Device memory bandwidth in bytes/s (measured copy rate where known)."""
+        tbps = self.measured.get("copy_tbps")
+        return float(tbps) * 1e12 if tbps else self.memory_bandwidth_gbps * 1e9 * 0.9
+
+    def ops_per_byte(self, dtype: str) -> float:
+        """The ridge point of the roofline: FLOP per byte above which a GEMM is
+        compute-bound (datasheet numbers, as NVIDIA's guides quote them)."""
+        peak = self.tensor_tflops.get(dtype, self.fp32_tflops) * 1e12
+        return peak / (self.memory_bandwidth_gbps * 1e9)
+
+    def align_elems(self, dtype_bytes: int) -> int:
+        return max(1, self.alignment_bytes // dtype_bytes)
+
+    def misalignment_efficiency(self, dtype_bytes: int, aligned_bytes: int) -> float:
+        """Fraction of the aligned rate a tensor-core GEMM keeps when its worst
+        pointer / leading dimension is only ``aligned_bytes``-byte aligned."""
+        table = self.misaligned_efficiency.get(dtype_bytes)
+        if aligned_bytes >= self.alignment_bytes or not table:
+            return 1.0
+        return table.get(aligned_bytes, min(table.values()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "name": self.name, "sms": self.sms, "file": self.file}
+
+
+REQUIRED = ("name", "aliases", "arch", "sms", "l2_bytes", "memory_bandwidth_gbps", "tensor_tflops",
+            "fp32_tflops", "alignment_bytes", "tiles", "wave_weight", "achievable", "sources")
+
+
+@functools.lru_cache(maxsize=None)
+def _arch_table() -> dict[str, Any]:
+    doc = yaml.safe_load((PROFILE_DIR / "_arch.yaml").read_text())
+    return dict(doc)
+
+
+def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware:
+    missing = [k for k in REQUIRED if k not in doc]
+    if missing:
+        raise ShapelintError(f"{file or key}: GPU profile lacks {', '.join(missing)}")
+    arch = _arch_table().get(str(doc["arch"]), _arch_table()["default"])
+    table = {int(b): {int(a): float(e) for a, e in row.items()} for b, row in arch["misaligned_efficiency"].items()}
+    try:
+        return Hardware(
+            key=key,
+            name=str(doc["name"]),
+            aliases=tuple(str(a).lower() for a in doc["aliases"]),
+            arch=str(doc["arch"]),
+            sms=int(doc["sms"]),
+            l2_bytes=int(doc["l2_bytes"]),
+            memory_bandwidth_gbps=float(doc["memory_bandwidth_gbps"]),
+            tensor_tflops={str(k): float(v) for k, v in (doc["tensor_tflops"] or {}).items()},
+            fp32_tflops=float(doc["fp32_tflops"]),
+            alignment_bytes=int(doc["alignment_bytes"]),
+            tiles=tuple((int(a), int(b)) for a, b in doc["tiles"]),
+            wave_weight=float(doc["wave_weight"]),
+            achievable=float(doc["achievable"]),
+            sources=tuple(str(s) for s in doc["sources"]),
+            measured=dict(doc.get("measured") or {}),
+            misaligned_efficiency=table,
+            memory_efficiency=float(doc.get("memory_efficiency", arch["memory_efficiency"])),
+            min_gemm_us=float(doc.get("min_gemm_us", arch["min_gemm_us"])),
+            attention_efficiency=float(doc.get("attention_efficiency", arch["attention_efficiency"])),
+            file=file,
+        )
+    except (TypeError, ValueError) as exc:
+        raise ShapelintError(f"{file or key}: malformed GPU profile: {exc}") from exc
+
+
+@functools.lru_cache(maxsize=None)
+def builtin_profiles() -> dict[str, Hardware]:
+    out = {}
+    for path in sorted(PROFILE_DIR.glob("*.yaml")):
+        if path.name.startswith("_"):
+            continue
+        out[path.stem] = profile_from_dict(yaml.safe_load(path.read_text()), path.stem, str(path))
+    return out
+
+
+def known_names() -> list[str]:
+    names = set()
+    for key, hw in builtin_profiles().items():
+        names.add(key)
+        names.update(hw.aliases)
+    return sorted(names)
+
+
+def resolve(name: str) -> Hardware:
+    """A GPU by its short, case-insensitive name (``h100``, ``a100-40gb``...)."""
+    wanted = name.strip().lower()
+    for key, hw in builtin_profiles().items():
+        if wanted == key or wanted in hw.aliases:
+            return hw
+    raise ShapelintError(f"unknown GPU {name!r}; known: {', '.join(known_names())}")
+
+
+def load_profile_file(path: str) -> Hardware:
+    p = Path(path)
+    if not p.is_file():
+        raise ShapelintError(f"--gpu-profile {path}: no such file")
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise ShapelintError(f"{path}: YAML syntax error: {str(exc).splitlines()[0]}") from exc
+    if not isinstance(doc, dict):
+        raise ShapelintError(f"{path}: a GPU profile must be a mapping")
+    return profile_from_dict(doc, p.stem, str(p))
+
+
+def local_gpu() -> Hardware | None:
+    """The profile of the local CUDA GPU, when there is one and we know it."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name().lower()
+    best = None
+    for key, hw in builtin_profiles().items():
+        words = [w for w in hw.name.lower().replace("nvidia", "").split() if w not in ("sxm", "sxm5", "pcie")]
+        if words and all(w in name for w in words[:2]):
+            if best is None or len(hw.name) > len(best.name):
+                best = hw
+    return best
+
+
+def default_gpu() -> Hardware:
+    return local_gpu() or resolve(DEFAULT_GPU)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def aligned_bytes(value_elems: int, dtype_bytes: int, cap: int = 16) -> int:
+    """The largest power of two (up to ``cap``) dividing ``value_elems * dtype_bytes``."""
+    b = value_elems * dtype_bytes
+    if b == 0:
+        return cap
+    return min(cap, b & -b)
+

@@ -1,0 +1,118 @@
+"""The pipeline, one direction: load → capture → check → estimate → report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Sequence
+
+import torch
+
+from shapelint import hardware
+from shapelint.capture import PRECISIONS, Capture, capture, to_precision
+from shapelint.engine import StepEstimate, group, locate_in_config, run_rules, step_estimate
+from shapelint.errors import ShapelintError
+from shapelint.hardware import Hardware
+from shapelint.load import Loaded, load, token_count
+from shapelint.records import Finding
+from shapelint.rule_api import RuleContext
+
+
+@dataclass
+class Options:
+    dtype: str | None = None
+    training: bool | None = None
+    batch: int | None = None
+    seq: int | None = None
+    tp: int = 1
+    dump_graph: str | None = None
+    min_loss: float = 0.05
+    min_speedup: float = 1.0
+
+
+@dataclass
+class Result:
+    """Everything one target produced, for the reporters."""
+
+    target: str
+    kind: str
+    precision: str
+    training: bool
+    capture: Capture
+    tokens: int | None
+    findings: list[Finding]
+    step: StepEstimate
+    hardware: Hardware
+    config_file: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_precision(opts: Options, loaded: Loaded) -> str:
+    dtype = opts.dtype or loaded.settings.get("dtype") or "bf16"
+    if dtype not in PRECISIONS:
+        raise ShapelintError(f"unknown dtype {dtype!r} (one of {', '.join(PRECISIONS)})")
+    return str(dtype)
+
+
+def vocab_sizes(model: torch.nn.Module) -> frozenset[int]:
+    return frozenset(m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding))
+
+
+def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[ModuleType]) -> Result:
+    """Lint one target; ``hw`` None means the target's own ``gpu`` setting, else the default GPU."""
+    loaded = load(path, batch=opts.batch, seq=opts.seq)
+    precision = resolve_precision(opts, loaded)
+    if hw is None:
+        hw = hardware.resolve(str(loaded.settings["gpu"])) if "gpu" in loaded.settings else hardware.default_gpu()
+    tp = opts.tp if opts.tp != 1 else int(loaded.settings.get("tp", 1))
+    training = opts.training if opts.training is not None else bool(loaded.settings.get("training", True))
+    with loaded.fake_mode:
+        inputs = to_precision(loaded.model, loaded.inputs, precision)
+        cap = capture(loaded.model, inputs, precision=precision, training=training, defined_at=loaded.defined_at)
+        if opts.dump_graph:
+            from shapelint.graph import dump_graph
+
+            try:
+                dump_graph(loaded.model, inputs, opts.dump_graph, training)
+            except OSError as exc:
+                raise ShapelintError(f"--dump-graph {opts.dump_graph}: {exc.strerror}") from exc
+    tokens = token_count(loaded.inputs)
+    ctx = RuleContext(
+        precision=precision,
+        training=training,
+        tokens=tokens,
+        vocab_sizes=vocab_sizes(loaded.model),
+        tp=tp,
+        min_loss=opts.min_loss,
+    )
+    findings = group(run_rules(rules, cap.gemms, hw, ctx))
+    if loaded.config_file:
+        findings = [locate_in_config(f, loaded.config_keys, loaded.config_file) for f in findings]
+    findings = [f for f in findings if f.est_speedup is None or f.est_speedup >= opts.min_speedup]
+    findings.sort(key=lambda f: -((f.est_ms or 0) - (f.est_ms_after or 0)))
+    step = step_estimate(cap.gemms, findings, hw)
+    return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file)
+
+
+def with_findings(result: Result, findings: list[Finding]) -> Result:
+    return replace(result, findings=findings, step=step_estimate(result.capture.gemms, findings, result.hardware))
+
+
+__all__ = ["Options", "Result", "lint_target", "with_findings"]
+
+
+def trace(build: Callable[[], tuple[torch.nn.Module, Any]], *, precision: str = "bf16",
+          training: bool = True) -> tuple[Capture, torch.nn.Module]:
+    """Load + capture for an in-memory builder (tests, rule examples, the Python API):
+    ``build`` runs on fake tensors and returns ``(model, example_inputs)``."""
+    from shapelint.load import fake_construction
+
+    defined: dict[Any, Any] = {}
+    with fake_construction(defined) as mode:
+        model, inputs = build()
+    with mode:
+        inputs = to_precision(model, inputs, precision)
+        cap = capture(model, inputs, precision=precision, training=training, defined_at=defined)
+    cap.tokens = token_count(inputs)
+    return cap, model

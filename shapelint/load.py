@@ -1,0 +1,465 @@
+"""Load: turn a target (model.py, config.json, shapelint YAML) into a model and
+example inputs built on fake tensors, so nothing is allocated.
+
+Targets
+- a Python file defining ``shapelint_model()`` that returns ``(model, example_inputs)``
+  (a tensor, a tuple of tensors, or a dict of keyword arguments). It may take
+  ``batch`` and/or ``seq`` keyword arguments, which ``--batch``/``--seq`` then set;
+- a Hugging Face ``config.json`` (or a directory holding one): the model is built
+  from the config with ``transformers`` offline, on token inputs of batch x seq;
+- a shapelint YAML file naming a builder (``module:function`` or ``file.py:function``),
+  its keyword arguments, the inputs' shapes, and defaults for dtype, gpu, training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import json
+import math
+import os
+import re
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from shapelint.capture import user_frame_source
+from shapelint.errors import ShapelintError
+from shapelint.records import Source
+
+#: default token shape for config targets: GPT-2's training shape (8 sequences of 1024)
+DEFAULT_BATCH = 8
+DEFAULT_SEQ = 1024
+
+CONFIG_NAMES = ("config.json",)
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass
+class Loaded:
+    """A model and its example inputs on fake tensors, ready for capture."""
+
+    target: str
+    kind: str  # "python" | "hf-config" | "yaml"
+    model: torch.nn.Module
+    inputs: Any
+    fake_mode: FakeTensorMode
+    defined_at: dict[int, Source] = field(default_factory=dict)
+    #: settings the target itself asks for (YAML): dtype, gpu, training, tp...
+    settings: dict[str, Any] = field(default_factory=dict)
+    #: for config files: key -> (value, line) of every integer setting
+    config_keys: dict[str, tuple[int, int]] = field(default_factory=dict)
+    config_file: str | None = None
+
+
+def target_kind(path: Path) -> str:
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return "hf-config"
+        raise ShapelintError(f"{path}: a directory without config.json (lint a directory of configs with its files)")
+    if path.suffix == ".py":
+        return "python"
+    if path.suffix == ".json":
+        return "hf-config"
+    if path.suffix in YAML_SUFFIXES:
+        return "yaml"
+    raise ShapelintError(f"{path}: not a Python file, a config.json, a shapelint YAML or a directory")
+
+
+def discover(targets: list[str]) -> list[Path]:
+    """Expand directories into the configs (``config.json``, ``*.yaml``) they hold."""
+    out: list[Path] = []
+    for t in targets:
+        p = Path(t)
+        if not p.exists():
+            raise ShapelintError(f"{t}: no such file or directory")
+        if p.is_dir() and not (p / "config.json").is_file():
+            found = sorted(
+                f for f in p.rglob("*")
+                if f.is_file() and (f.name in CONFIG_NAMES or f.suffix in YAML_SUFFIXES)
+                and not any(part.startswith(".") for part in f.relative_to(p).parts)
+            )
+            if not found:
+                raise ShapelintError(f"{t}: no config.json or shapelint YAML under this directory")
+            out.extend(found)
+        else:
+            out.append(p)
+    return out
+
+
+def load(path: Path, *, batch: int | None = None, seq: int | None = None) -> Loaded:
+    kind = target_kind(path)
+    if kind == "python":
+        return load_python(path, batch=batch, seq=seq)
+    if kind == "hf-config":
+        return load_hf_config(path / "config.json" if path.is_dir() else path, batch=batch, seq=seq)
+    return load_yaml(path, batch=batch, seq=seq)
+
+
+# -- building on fake tensors -----------------------------------------------
+
+
+@contextlib.contextmanager
+def fake_construction(defined_at: dict[int, Source]) -> Iterator[FakeTensorMode]:
+    """Fake tensors by default, on the CPU, and the line that constructs each
+    submodule remembered (for findings that name a constructor argument)."""
+    from torch.nn.modules import module as module_mod
+
+    def on_register(parent: torch.nn.Module, name: str, sub: torch.nn.Module | None) -> None:
+        if sub is not None and id(sub) not in defined_at:
+            src = user_frame_source()
+            if src is not None:
+                defined_at[id(sub)] = src
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    handle = module_mod.register_module_module_registration_hook(on_register)
+    try:
+        with mode, torch.device("cpu"):
+            yield mode
+    finally:
+        handle.remove()
+
+
+def _call_user(fn: Callable[..., Any], what: str, **kwargs: Any) -> Any:
+    try:
+        return fn(**kwargs)
+    except ShapelintError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - user code may raise anything
+        raise ShapelintError(f"{what} raised {_one_line(exc)}") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _size_kwargs(fn: Callable[..., Any], batch: int | None, seq: int | None) -> dict[str, int]:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    if batch is not None and "batch" in params:
+        out["batch"] = batch
+    if seq is not None and "seq" in params:
+        out["seq"] = seq
+    return out
+
+
+def _check_built(result: Any, what: str) -> tuple[torch.nn.Module, Any]:
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
+        raise ShapelintError(f"{what} must return (model, example_inputs), got {type(result).__name__}")
+    model, inputs = result
+    if not isinstance(inputs, (torch.Tensor, tuple, list, dict)):
+        raise ShapelintError(f"{what}: example_inputs must be a tensor, a tuple of tensors or a dict, "
+                             f"got {type(inputs).__name__}")
+    return model, inputs
+
+
+def _import_file(path: Path) -> Any:
+    name = f"_shapelint_target_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ShapelintError(f"{path}: cannot import this file")
+    module = importlib.util.module_from_spec(spec)
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise ShapelintError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
+    except Exception as exc:  # noqa: BLE001
+        raise ShapelintError(f"{path}: importing it raised {_one_line(exc)}") from exc
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+    return module
+
+
+def load_python(path: Path, *, batch: int | None = None, seq: int | None = None) -> Loaded:
+    defined_at: dict[int, Source] = {}
+    with fake_construction(defined_at) as mode:
+        module = _import_file(path)
+        fn = getattr(module, "shapelint_model", None)
+        if not callable(fn):
+            raise ShapelintError(
+                f"{path}: defines no shapelint_model() returning (model, example_inputs)"
+            )
+        result = _call_user(fn, f"{path}: shapelint_model()", **_size_kwargs(fn, batch, seq))
+        model, inputs = _check_built(result, f"{path}: shapelint_model()")
+    return Loaded(str(path), "python", model, inputs, mode, defined_at)
+
+
+def _resolve_builder(spec: str, base: Path) -> Callable[..., Any]:
+    """``pkg.module:function`` or ``path/to/file.py:function`` (relative to ``base``)."""
+    if ":" not in spec:
+        raise ShapelintError(f"model: {spec!r} must be 'module:function' or 'file.py:function'")
+    where, _, fn_name = spec.rpartition(":")
+    if where.endswith(".py"):
+        file = (base / where) if not os.path.isabs(where) else Path(where)
+        if not file.is_file():
+            raise ShapelintError(f"model: {where}: no such file")
+        module = _import_file(file)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except Exception as exc:  # noqa: BLE001
+            raise ShapelintError(f"model: cannot import {where}: {_one_line(exc)}") from exc
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise ShapelintError(f"model: {where} has no function {fn_name}")
+    return fn
+
+
+_TORCH_DTYPES = {
+    "float": None, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "fp16": torch.float16, "float16": torch.float16, "int64": torch.int64, "long": torch.int64,
+    "int32": torch.int32, "bool": torch.bool,
+}
+
+
+def _input_from_spec(spec: Any, where: str) -> torch.Tensor:
+    if isinstance(spec, list):
+        spec = {"shape": spec}
+    if not isinstance(spec, dict) or "shape" not in spec:
+        raise ShapelintError(f"{where}: an input needs a shape, e.g. {{shape: [8, 1024]}}")
+    shape = spec["shape"]
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        raise ShapelintError(f"{where}: shape must be a list of integers, got {shape!r}")
+    if any(d <= 0 for d in shape):
+        raise ShapelintError(f"{where}: shape {shape} has a zero or negative dimension")
+    dtype_name = str(spec.get("dtype", "float"))
+    if dtype_name not in _TORCH_DTYPES:
+        raise ShapelintError(f"{where}: unknown input dtype {dtype_name!r} (one of {', '.join(_TORCH_DTYPES)})")
+    dtype = _TORCH_DTYPES[dtype_name]
+    if dtype is not None and not dtype.is_floating_point:
+        high = spec.get("high", 2)
+        if not isinstance(high, int) or high <= 0:
+            raise ShapelintError(f"{where}: high must be a positive integer")
+        return torch.randint(0, high, tuple(shape), dtype=dtype)
+    t = torch.randn(tuple(shape), dtype=dtype or torch.get_default_dtype())
+    return t.requires_grad_(bool(spec.get("requires_grad", False)))
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ShapelintError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ShapelintError(f"{path}{line}: YAML syntax error: {problem}") from exc
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ShapelintError(f"{path}: expected a mapping at the top level, got {type(doc).__name__}")
+    return doc
+
+
+YAML_KEYS = {"model", "kwargs", "inputs", "dtype", "gpu", "training", "tp", "batch", "seq", "hf_config"}
+
+
+def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None) -> Loaded:
+    doc = read_yaml(path)
+    unknown = sorted(set(doc) - YAML_KEYS)
+    if unknown:
+        raise ShapelintError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(YAML_KEYS))})")
+    if "model" not in doc and "hf_config" not in doc:
+        raise ShapelintError(f"{path}: needs 'model: module:function' (or 'hf_config: {{...}}')")
+    settings = {k: doc[k] for k in ("dtype", "gpu", "training", "tp", "batch", "seq") if k in doc}
+    for key in ("batch", "seq", "tp"):
+        if key in settings and (not isinstance(settings[key], int) or isinstance(settings[key], bool)
+                                or settings[key] <= 0):
+            raise ShapelintError(f"{path}: {key} must be a positive integer, got {settings[key]!r}")
+    batch = batch or settings.get("batch")
+    seq = seq or settings.get("seq")
+    lines = _yaml_int_lines(path)
+    if "hf_config" in doc:
+        cfg = doc["hf_config"]
+        if not isinstance(cfg, dict):
+            raise ShapelintError(f"{path}: hf_config must be a mapping of config keys")
+        loaded = _build_hf(cfg, str(path), batch=batch, seq=seq)
+        loaded.kind, loaded.settings = "yaml", settings
+        loaded.config_keys, loaded.config_file = lines, str(path)
+        return loaded
+    kwargs = doc.get("kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise ShapelintError(f"{path}: kwargs must be a mapping")
+    for key, value in kwargs.items():
+        if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+            raise ShapelintError(f"{path}: kwargs.{key} = {value}: dimensions must be positive")
+    defined_at: dict[int, Source] = {}
+    with fake_construction(defined_at) as mode:
+        fn = _resolve_builder(str(doc["model"]), path.parent)
+        kwargs = {**_size_kwargs(fn, batch, seq), **kwargs}
+        result = _call_user(fn, f"{path}: {doc['model']}", **kwargs)
+        if isinstance(result, torch.nn.Module):
+            specs = doc.get("inputs")
+            if specs is None:
+                raise ShapelintError(f"{path}: the builder returned a model only; give 'inputs: [{{shape: [...]}}]'")
+            if isinstance(specs, dict):
+                inputs: Any = {k: _input_from_spec(v, f"{path}: inputs.{k}") for k, v in specs.items()}
+            elif isinstance(specs, list):
+                inputs = tuple(_input_from_spec(v, f"{path}: inputs[{i}]") for i, v in enumerate(specs))
+            else:
+                raise ShapelintError(f"{path}: inputs must be a list or a mapping of input specs")
+            model = result
+        else:
+            model, inputs = _check_built(result, f"{path}: {doc['model']}")
+    loaded = Loaded(str(path), "yaml", model, inputs, mode, defined_at, settings)
+    loaded.config_keys, loaded.config_file = lines, str(path)
+    return loaded
+
+
+_INT_LINE = re.compile(r'^\s*"?([A-Za-z_][\w.]*)"?\s*:\s*(-?\d+)\s*,?\s*(#.*)?$')
+
+
+def _int_lines(text: str) -> dict[str, tuple[int, int]]:
+    """key -> (value, line) for every ``key: <integer>`` line of a JSON or YAML file
+    (the first occurrence of a key wins)."""
+    out: dict[str, tuple[int, int]] = {}
+    for no, line in enumerate(text.splitlines(), start=1):
+        m = _INT_LINE.match(line)
+        if m and m.group(1) not in out:
+            out[m.group(1)] = (int(m.group(2)), no)
+    return out
+
+
+def _yaml_int_lines(path: Path) -> dict[str, tuple[int, int]]:
+    return _int_lines(path.read_text())
+
+
+# -- Hugging Face configs -----------------------------------------------------
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ShapelintError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ShapelintError(f"{path}:{exc.lineno}: JSON syntax error: {exc.msg}") from exc
+    if not isinstance(doc, dict):
+        raise ShapelintError(f"{path}: expected a JSON object at the top level")
+    return doc
+
+
+def load_hf_config(path: Path, *, batch: int | None = None, seq: int | None = None) -> Loaded:
+    doc = read_json(path)
+    loaded = _build_hf(doc, str(path), batch=batch, seq=seq)
+    loaded.config_keys = _int_lines(path.read_text())
+    loaded.config_file = str(path)
+    return loaded
+
+
+def _import_transformers() -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        import transformers
+    except ImportError as exc:
+        raise ShapelintError(
+            "linting a Hugging Face config needs transformers: pip install 'shapelint[hf]'"
+        ) from exc
+    return transformers
+
+
+def _check_dims(doc: dict[str, Any], where: str) -> None:
+    for key, value in doc.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if (key.endswith(("_size", "_dim", "_heads", "_layers", "_embd", "_head", "_positions", "_ctx"))
+                or key.startswith(("num_", "n_"))) and value <= 0:
+            raise ShapelintError(f"{where}: {key} = {value}: dimensions must be positive")
+
+
+def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | None) -> Loaded:
+    transformers = _import_transformers()
+    model_type = doc.get("model_type")
+    if not isinstance(model_type, str):
+        raise ShapelintError(f"{where}: no 'model_type' key (is this a Hugging Face config.json?)")
+    _check_dims(doc, where)
+    fields = {k: v for k, v in doc.items() if k not in ("model_type", "transformers_version")}
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **fields)
+    except Exception as exc:  # noqa: BLE001 - transformers validates configs on construction
+        raise ShapelintError(f"{where}: transformers rejects this config: {_one_line(exc)}") from exc
+    defined_at: dict[int, Source] = {}
+    with fake_construction(defined_at) as mode:
+        model = _hf_model(transformers, config, where)
+        inputs = _hf_inputs(model, config, where, batch or DEFAULT_BATCH, seq)
+    return Loaded(where, "hf-config", model, inputs, mode, defined_at)
+
+
+def _hf_model(transformers: Any, config: Any, where: str) -> torch.nn.Module:
+    arch = (getattr(config, "architectures", None) or [None])[0]
+    candidates = []
+    if arch and hasattr(transformers, arch):
+        candidates.append(getattr(transformers, arch))
+    candidates += [transformers.AutoModelForCausalLM, transformers.AutoModel]
+    last: Exception | None = None
+    for cls in candidates:
+        try:
+            if hasattr(cls, "from_config"):
+                return cls.from_config(config, attn_implementation="sdpa")
+            return cls._from_config(config, attn_implementation="sdpa")
+        except ValueError as exc:  # unrecognised configuration class for this auto class
+            last = exc
+        except Exception as exc:  # noqa: BLE001
+            raise ShapelintError(f"{where}: transformers cannot build this model: {_one_line(exc)}") from exc
+    raise ShapelintError(f"{where}: transformers cannot build a model for this config: {_one_line(last or Exception())}")
+
+
+def _hf_inputs(model: torch.nn.Module, config: Any, where: str, batch: int, seq: int | None) -> dict[str, Any]:
+    main = getattr(model, "main_input_name", "input_ids")
+    params = inspect.signature(model.forward).parameters
+    if main == "input_ids":
+        limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+        tokens = seq or min(DEFAULT_SEQ, limit or DEFAULT_SEQ)
+        vocab = int(getattr(config, "vocab_size", 2) or 2)
+        ids = torch.randint(0, vocab, (batch, tokens))
+        inputs: dict[str, Any] = {"input_ids": ids}
+        if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
+            inputs["decoder_input_ids"] = ids
+    elif main == "pixel_values":
+        size = getattr(config, "image_size", 224)
+        size = size if isinstance(size, int) else int(size[0])
+        inputs = {"pixel_values": torch.randn(batch, getattr(config, "num_channels", 3), size, size)}
+    else:
+        raise ShapelintError(f"{where}: models whose input is {main!r} are not supported yet")
+    if "use_cache" in params:
+        inputs["use_cache"] = False
+    return inputs
+
+
+def token_count(inputs: Any) -> int | None:
+    """Tokens (rows) per step: batch x seq of integer token inputs, or every dimension
+    but the feature dimension of the first floating input with at least two."""
+    first = inputs.get("input_ids") if isinstance(inputs, dict) and "input_ids" in inputs else inputs
+    if isinstance(first, dict):
+        first = next(iter(first.values()), None)
+    if isinstance(first, (tuple, list)):
+        first = first[0] if first else None
+    if not isinstance(first, torch.Tensor) or first.dim() == 0:
+        return None
+    if not first.is_floating_point():
+        return int(math.prod(first.shape))
+    return int(math.prod(first.shape[:-1])) if first.dim() in (2, 3) else None

@@ -1,0 +1,66 @@
+"""``--format json``: the machine-readable document. Its keys are a public contract
+(users' CI parses them): extend, never rename.
+
+Top level: ``gemms``, ``findings``, ``summary`` (and ``targets``, one summary each).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from shapelint import __version__
+from shapelint.lint import Result
+
+
+def summary(r: Result) -> dict[str, Any]:
+    return {
+        "target": r.target,
+        "gpu": r.hardware.key,
+        "dtype": r.precision,
+        "training": r.training,
+        "tokens": r.tokens,
+        "gemm_count": len(r.capture.gemms),
+        "forward": r.capture.forward,
+        "backward": r.capture.backward,
+        "total_flops": sum(g.flops for g in r.capture.gemms),
+        "est_ms": round(r.step.ms, 4),
+        "est_ms_after": round(r.step.ms_after, 4),
+        "est_speedup": round(r.step.speedup, 4),
+        "est_scope": "GEMMs only",
+        "findings": sum(1 for f in r.findings if not f.suppressed),
+    }
+
+
+def document(results: Sequence[Result]) -> dict[str, Any]:
+    many = len(results) > 1
+    gemms: list[dict[str, Any]] = []
+    findings: list[dict[str, Any]] = []
+    for r in results:
+        for g in r.capture.gemms:
+            gemms.append({**g.to_json(), **({"target": r.target} if many else {})})
+        for f in r.findings:
+            findings.append({**f.to_json(), "target": r.target})
+    per = [summary(r) for r in results]
+    if len(per) == 1:
+        total = dict(per[0])
+    else:
+        est = sum(s["est_ms"] for s in per)
+        after = sum(s["est_ms_after"] for s in per)
+        total = {
+            "targets": len(per),
+            "gemm_count": sum(s["gemm_count"] for s in per),
+            "forward": sum(s["forward"] for s in per),
+            "backward": sum(s["backward"] for s in per),
+            "total_flops": sum(s["total_flops"] for s in per),
+            "est_ms": round(est, 4),
+            "est_ms_after": round(after, 4),
+            "est_speedup": round(est / after, 4) if after else 1.0,
+            "est_scope": "GEMMs only",
+            "findings": sum(s["findings"] for s in per),
+        }
+    return {"version": __version__, "gemms": gemms, "findings": findings, "summary": total, "targets": per}
+
+
+def render(results: Sequence[Result]) -> str:
+    return json.dumps(document(results), indent=2) + "\n"

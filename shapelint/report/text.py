@@ -1,0 +1,94 @@
+"""``--format text``: the terminal report (rich; colour only on a terminal)."""
+
+from __future__ import annotations
+
+from typing import IO, Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from shapelint.estimate import gemm_time
+from shapelint.lint import Result
+from shapelint.records import Finding
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def gemm_count_line(r: Result) -> str:
+    fwd, bwd = r.capture.forward, r.capture.backward
+    line = f"{fwd} forward + {bwd} backward = {fwd + bwd} GEMMs"
+    if r.training and bwd == 2 * fwd - 1 and fwd > 0:
+        line += f" (3n−1 for n = {fwd})"
+    elif r.training and bwd == 2 * fwd and fwd > 0:
+        line += f" (3n for n = {fwd})"
+    return line
+
+
+def _header(console: Console, r: Result) -> None:
+    mode = "training" if r.training else "inference"
+    tokens = f", {r.tokens} tokens/step" if r.tokens else ""
+    console.print(Text(r.target, style="bold"))
+    console.print(f"  GPU {r.hardware.name} ({r.hardware.key}), {r.precision}, {mode}{tokens}")
+    console.print(f"  {gemm_count_line(r)}")
+
+
+def _finding(console: Console, f: Finding) -> None:
+    where = f" {f.source}" if f.source else ""
+    sev = Text(f"{f.severity:7}", style=SEVERITY_STYLE.get(f.severity, ""))
+    head = Text.assemble("  ", (f.code, "bold"), " ", sev, " ", (f.name, "dim"), where)
+    if f.suppressed:
+        head.append("  (suppressed)", style="dim")
+    console.print(head)
+    console.print(f"      {f.message}", highlight=False)
+    if f.suggestion:
+        console.print(Text.assemble("      fix: ", (str(f.suggestion), "green")), highlight=False)
+    if f.est_speedup is not None and f.est_ms is not None and f.est_ms_after is not None:
+        extra = ""
+        if f.measured_speedup is not None:
+            extra = f", measured {f.measured_speedup:.2f}×"
+        console.print(
+            f"      est. {f.est_speedup:.2f}× on these GEMMs ({f.est_ms:.3f} ms → {f.est_ms_after:.3f} ms per step){extra}",
+            highlight=False,
+        )
+    if len(f.modules) > 1:
+        console.print(f"      in {len(f.modules)} modules: {f.module}", style="dim", highlight=False)
+
+
+def gemm_table(r: Result) -> Table:
+    total = sum(g.flops for g in r.capture.gemms) or 1
+    t = Table(title=f"GEMMs of {r.target}", show_lines=False)
+    for col in ("#", "module", "op", "phase", "m×n×k", "batch", "dtype", "FLOPs %", "est µs"):
+        t.add_column(col, justify="right" if col in ("#", "batch", "FLOPs %", "est µs") else "left")
+    for g in r.capture.gemms:
+        t.add_row(
+            str(g.index), g.module, g.op, g.phase, f"{g.m}×{g.n}×{g.k}", str(g.batch), g.dtype,
+            f"{100 * g.flops / total:.1f}", f"{gemm_time(g, r.hardware).seconds * 1e6:.1f}",
+        )
+    return t
+
+
+def render(results: Sequence[Result], out: IO[str], *, verbose: bool = False, color: bool | None = None,
+           show_suppressed: bool = False) -> None:
+    console = Console(file=out, force_terminal=color, no_color=color is False, width=None if color else 120,
+                      highlight=False, soft_wrap=True)
+    for r in results:
+        _header(console, r)
+        if verbose:
+            console.print(gemm_table(r))
+        shown = [f for f in r.findings if show_suppressed or not f.suppressed]
+        by_module: dict[str, list[Finding]] = {}
+        for f in shown:
+            by_module.setdefault(f.module, []).append(f)
+        for module, fs in by_module.items():
+            console.print(Text(f"  {module}", style="bold cyan"))
+            for f in fs:
+                _finding(console, f)
+        n = sum(1 for f in r.findings if not f.suppressed)
+        verdict = f"{n} finding{'s' if n != 1 else ''}" if n else "no findings"
+        console.print(
+            f"  {verdict}; GEMM time per step (est., {r.hardware.key}): {r.step.ms:.3f} ms → "
+            f"{r.step.ms_after:.3f} ms ({r.step.speedup:.2f}×, GEMMs only)",
+            highlight=False,
+        )
+        console.print()
