@@ -7,8 +7,8 @@ The model, per GEMM (all numbers from the profile):
     time    = max(compute, memory, min_gemm) + copies
 
 - ``peak(dtype)``: the rate a large aligned GEMM reaches (measured or datasheet x
-  achievable); fp32 without TF32 uses the CUDA-core rate, fused attention GEMMs
-  ``attention_efficiency`` of the dense rate.
+  achievable) times ``gemm_efficiency`` (typical model shapes); fp32 without TF32
+  uses the CUDA-core rate, fused attention GEMMs ``attention_efficiency`` of it.
 - ``alignment``: the calibrated efficiency for the worst-aligned operand (pointer,
   leading dimension, batch stride) of a tensor-core GEMM; 1 when all are 16-byte
   aligned and for GEMMs off the tensor cores.
@@ -82,6 +82,7 @@ def _rate(g: Gemm, hw: Hardware) -> tuple[float, float]:
         peak *= hw.attention_efficiency
     if not hw.uses_tensor_cores(g.dtype):
         return peak, 1.0
+    peak *= hw.gemm_efficiency
     return peak, hw.misalignment_efficiency(g.dtype_bytes, gemm_alignment(g, hw))
 
 

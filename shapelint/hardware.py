@@ -44,6 +44,7 @@ class Hardware:
     memory_efficiency: float = 0.5
     min_gemm_us: float = 5.0
     attention_efficiency: float = 0.5
+    gemm_efficiency: float = 0.87
     file: str = ""
 
     def uses_tensor_cores(self, dtype: str) -> bool:
@@ -128,6 +129,7 @@ def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware
             memory_efficiency=float(doc.get("memory_efficiency", arch["memory_efficiency"])),
             min_gemm_us=float(doc.get("min_gemm_us", arch["min_gemm_us"])),
             attention_efficiency=float(doc.get("attention_efficiency", arch["attention_efficiency"])),
+            gemm_efficiency=float(doc.get("gemm_efficiency", arch["gemm_efficiency"])),
             file=file,
         )
     except (TypeError, ValueError) as exc:

@@ -1,0 +1,27 @@
+"""Run a rule's BAD/GOOD examples (for the generated test and the rule docs)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from shapelint.hardware import resolve
+from shapelint.lint import trace, vocab_sizes
+from shapelint.records import Finding
+from shapelint.rule_api import Example, RuleContext
+
+
+def run_example(rule: ModuleType, example: Example) -> list[Finding]:
+    """The findings ``rule`` reports on ``example`` (model built on fake tensors)."""
+    scope = {"torch": torch, "nn": nn, "F": F}
+
+    def build() -> tuple[nn.Module, object]:
+        return eval(example.model, scope), eval(example.inputs, scope)  # noqa: S307 - rule authors' own snippets
+
+    cap, model = trace(build, precision=example.dtype, training=example.training)
+    ctx = RuleContext(precision=example.dtype, training=example.training, tokens=cap.tokens,
+                      vocab_sizes=vocab_sizes(model))
+    return [f for f in rule.check(cap.gemms, resolve(example.gpu), ctx) if f.code == rule.CODE]
