@@ -91,7 +91,7 @@ def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> It
         if gemm_alignment(g, hardware) >= hardware.alignment_bytes:
             continue
         for value in sorted(_misaligned_dims(g, hardware)):
-            if value in context.vocab_sizes or (g.module, value) in seen:
+            if context.is_vocab_dim(value) or (g.module, value) in seen:
                 continue
             seen.add((g.module, value))
             covered = [h for h in gemms if h.module == g.module and _covers(h, value)]

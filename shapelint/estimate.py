@@ -169,3 +169,25 @@ def covered_ms(gemms: Sequence[Gemm], hw: Hardware, old: int | None = None, new:
     if old is None or new is None:
         return total_ms(gemms, hw)
     return total_ms((resize(g, old, new) for g in gemms), hw)
+
+
+def set_dim(g: Gemm, axis: str, new: int) -> Gemm:
+    """The same GEMM with dimension ``axis`` (``"m"``, ``"n"`` or ``"k"``) set to
+    ``new``, and the operands that span it (A is m x k, B is k x n, C is m x n)
+    changed with it: their rows/cols, and their leading dimension where it was
+    that dimension (a dense matrix). Unlike :func:`resize`, other dimensions of
+    the same value are left alone (a square layer sharded on one side)."""
+    old = getattr(g, axis)
+    if old == new:
+        return g
+
+    def fix(op: Operand, rows_axis: str, cols_axis: str) -> Operand:
+        rows = new if rows_axis == axis else op.rows
+        cols = new if cols_axis == axis else op.cols
+        # the leading dimension is the extent of the unit-stride side when dense
+        dense_side = rows_axis if op.transposed else cols_axis
+        ld = new if dense_side == axis and op.ld == old else op.ld
+        bs = rows * cols if op.batch_stride and op.batch_stride == op.rows * op.cols else op.batch_stride
+        return replace(op, rows=rows, cols=cols, ld=ld, batch_stride=bs)
+
+    return replace(g, **{axis: new}, a=fix(g.a, "m", "k"), b=fix(g.b, "k", "n"), out=fix(g.out, "m", "n"))

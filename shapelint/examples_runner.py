@@ -16,7 +16,7 @@ from shapelint.rule_api import Example, RuleContext
 
 def run_example(rule: ModuleType, example: Example) -> list[Finding]:
     """The findings ``rule`` reports on ``example`` (model built on fake tensors)."""
-    scope = {"torch": torch, "nn": nn, "F": F}
+    scope = {"torch": torch, "nn": nn, "F": F, "_rule": rule}
 
     def build() -> tuple[nn.Module, object]:
         return eval(example.model, scope), eval(example.inputs, scope)  # noqa: S307 - rule authors' own snippets

@@ -17,6 +17,7 @@ from shapelint.hardware import Hardware
 from shapelint.load import Loaded, load, token_count
 from shapelint.records import Finding
 from shapelint.rule_api import RuleContext
+from shapelint.tp import shard
 
 
 @dataclass
@@ -77,6 +78,9 @@ def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[
                 dump_graph(loaded.model, inputs, opts.dump_graph, training)
             except OSError as exc:
                 raise ShapelintError(f"--dump-graph {opts.dump_graph}: {exc.strerror}") from exc
+    if tp > 1:
+        cap.gemms = shard(cap.gemms, tp)
+        cap.notes.append(f"tensor parallel {tp}: shapes are per GPU")
     tokens = token_count(loaded.inputs)
     ctx = RuleContext(
         precision=precision,

@@ -24,8 +24,8 @@ from shapelint.records import Finding, Gemm, Suggestion
 class Example:
     """A model snippet a rule must flag (``BAD``) or pass (``GOOD``).
 
-    ``model`` and ``inputs`` are Python expressions evaluated with ``torch``, ``nn``
-    and ``F`` in scope, on fake tensors. For ``BAD`` examples, ``expect`` holds the
+    ``model`` and ``inputs`` are Python expressions evaluated with ``torch``, ``nn``,
+    ``F`` and the rule module itself (as ``_rule``) in scope, on fake tensors. For ``BAD`` examples, ``expect`` holds the
     suggestion the rule must make: ``{"parameter": ..., "from": ..., "to": ...}``
     (any subset), and ``min_speedup`` the least estimated speedup it must claim.
     """
@@ -52,8 +52,11 @@ class RuleContext:
     tp: int = 1
     #: least estimated loss (fraction of a layer's GEMM time) worth reporting
     min_loss: float = 0.05
-    #: the model's convolutions in NCHW layout (module paths)
     options: dict[str, Any] = field(default_factory=dict)
+
+    def is_vocab_dim(self, value: int) -> bool:
+        """``value`` is a vocabulary size, or one GPU's shard of one."""
+        return any(value in (v, -(-v // self.tp)) for v in self.vocab_sizes)
 
 
 class RuleModule(Protocol):
