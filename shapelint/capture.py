@@ -89,25 +89,28 @@ class Capture:
         return sum(1 for g in self.gemms if g.phase in ("grad_input", "grad_weight"))
 
 
+_SHAPELINT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _SKIP_DIRS = tuple(
-    os.path.normpath(p) + os.sep
-    for p in {
-        os.path.dirname(torch.__file__),
-        os.path.dirname(os.path.abspath(__file__)),
-        sysconfig.get_paths()["stdlib"],
-    }
+    os.path.normpath(p) + os.sep for p in {os.path.dirname(torch.__file__), sysconfig.get_paths()["stdlib"]}
 )
 
 
 def user_frame_source(skip_code: Any = None) -> Source | None:
-    """The innermost stack frame in user code (not torch, shapelint or the stdlib),
-    passing over frames running ``skip_code``."""
+    """The innermost stack frame in user code (not torch or the stdlib), passing
+    over frames running ``skip_code``. None when the walk reaches shapelint itself:
+    whatever called shapelint is not the model's code."""
     frame = sys._getframe(1)
+    left_shapelint = False
     while frame is not None:
         code = frame.f_code
         filename = code.co_filename
-        if code is not skip_code and not filename.startswith("<") and not filename.startswith(_SKIP_DIRS):
-            return Source(_display_path(filename), frame.f_lineno)
+        if filename.startswith(_SHAPELINT_DIR):
+            if left_shapelint:
+                return None
+        else:
+            left_shapelint = True
+            if code is not skip_code and not filename.startswith("<") and not filename.startswith(_SKIP_DIRS):
+                return Source(_display_path(filename), frame.f_lineno)
         frame = frame.f_back
     return None
 
@@ -218,7 +221,8 @@ class _Recorder(TorchDispatchMode):
         if in_forward:
             owner_module = self.stack[-1] if self.stack else ModuleInfo("<root>", "", (), None)
             skip = self.leaf_code[-1] if self.leaf_code else None
-            owner = _Owner(owner_module, user_frame_source(skip), param_operand)
+            # where user code ran it; for containers like nn.Sequential, where it was built
+            owner = _Owner(owner_module, user_frame_source(skip) or owner_module.defined_at, param_operand)
             if any(t.requires_grad for t in tensors):
                 self.node_owner[seq] = owner
             phase = "forward" if node is None else "recompute"
