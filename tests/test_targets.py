@@ -69,14 +69,14 @@ def test_hf_config_target_defaults(capsys) -> None:
 
 def test_directory_of_configs_lints_each(tmp_path: Path, capsys) -> None:
     pytest.importorskip("transformers")
-    for name, vocab in (("a", 1000), ("b", 1001)):
+    for name, vocab in (("a", 32000), ("b", 32001)):
         d = tmp_path / name
         d.mkdir()
         (d / "config.json").write_text(json.dumps({
-            "model_type": "gpt2", "n_layer": 1, "n_embd": 64, "n_head": 4, "vocab_size": vocab,
-            "n_positions": 64, "bos_token_id": 0, "eos_token_id": 0}, indent=2))
-    code, doc = run(capsys, str(tmp_path), "--batch", "1", "--seq", "64")
+            "model_type": "gpt2", "n_layer": 1, "n_embd": 256, "n_head": 4, "vocab_size": vocab,
+            "n_positions": 512, "bos_token_id": 0, "eos_token_id": 0}, indent=2))
+    code, doc = run(capsys, str(tmp_path), "--batch", "2", "--seq", "512")
     assert [t["target"].rsplit("/", 2)[-2] for t in doc["targets"]] == ["a", "b"]
     flagged = {f["target"].rsplit("/", 2)[-2]: f["suggestion"] for f in doc["findings"]}
-    assert flagged == {"b": {"parameter": "vocab_size", "from": 1001, "to": 1008}}
+    assert flagged == {"b": {"parameter": "vocab_size", "from": 32001, "to": 32008}}
     assert code == 1
