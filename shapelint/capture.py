@@ -95,22 +95,29 @@ _SKIP_DIRS = tuple(
 )
 
 
+#: shapelint functions that call into user code: a stack walk stops there
+_BOUNDARIES: set[Any] = set()
+
+
+def boundary(fn: Any) -> Any:
+    """Mark ``fn`` as where shapelint calls user code (model construction, forward)."""
+    _BOUNDARIES.add(fn.__code__)
+    return fn
+
+
 def user_frame_source(skip_code: Any = None) -> Source | None:
-    """The innermost stack frame in user code (not torch or the stdlib), passing
-    over frames running ``skip_code``. None when the walk reaches shapelint itself:
-    whatever called shapelint is not the model's code."""
+    """The innermost stack frame in user code (not torch, shapelint or the stdlib),
+    passing over frames running ``skip_code``. None when the walk reaches the
+    shapelint function that called user code: its callers are not the model."""
     frame = sys._getframe(1)
-    left_shapelint = False
     while frame is not None:
         code = frame.f_code
+        if code in _BOUNDARIES:
+            return None
         filename = code.co_filename
-        if filename.startswith(_SHAPELINT_DIR):
-            if left_shapelint:
-                return None
-        else:
-            left_shapelint = True
-            if code is not skip_code and not filename.startswith("<") and not filename.startswith(_SKIP_DIRS):
-                return Source(_display_path(filename), frame.f_lineno)
+        if (code is not skip_code and not filename.startswith("<")
+                and not filename.startswith(_SKIP_DIRS + (_SHAPELINT_DIR,))):
+            return Source(_display_path(filename), frame.f_lineno)
         frame = frame.f_back
     return None
 
@@ -342,6 +349,7 @@ def _cast_tree(x: Any, dtype: torch.dtype) -> Any:
     return x
 
 
+@boundary
 def call_model(model: torch.nn.Module, inputs: Any) -> Any:
     if isinstance(inputs, dict):
         return model(**inputs)
@@ -402,6 +410,7 @@ def capture(
                 source=owner.source if owner else None,
                 defined_at=module.defined_at,
                 role=role,
+                extra=s.extra,
             )
         )
     return Capture(gemms, training, precision)

@@ -123,6 +123,7 @@ def group(findings: Sequence[Finding]) -> list[Finding]:
             module=module_glob(modules),
             modules=modules,
             gemms=tuple(i for m in members for i in m.gemms),
+            after=tuple(a for m in members for a in m.after),
             est_ms=est,
             est_ms_after=after,
             est_speedup=est / after if after else None,

@@ -14,7 +14,7 @@ share it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from shapelint.records import Operand
@@ -64,6 +64,8 @@ class GemmShape:
     out: Operand
     part: str = ""
     role: str = ""
+    #: what re-running the op needs beyond m, n, k (convolution geometry, causality)
+    extra: tuple[tuple[str, object], ...] = ()
 
     @property
     def flops(self) -> int:
@@ -124,6 +126,19 @@ def _channels_matrix(t: Any, rows: int, channels: int) -> Operand:
     spatial = math.prod(int(s) for s in t.shape[2:])
     channels_last = t.dim() >= 3 and (int(t.stride()[1]) == 1 or spatial == 1)
     return Operand(rows, channels, channels, copied=not channels_last)
+
+
+def _conv_extra(x: Any, w: Any, args: Sequence[Any], transposed: bool, groups: int) -> tuple[tuple[str, object], ...]:
+    return (
+        ("input", tuple(int(d) for d in x.shape)),
+        ("weight", tuple(int(d) for d in w.shape)),
+        ("stride", tuple(int(d) for d in args[0])),
+        ("padding", tuple(int(d) for d in args[1])),
+        ("dilation", tuple(int(d) for d in args[2])),
+        ("transposed", transposed),
+        ("groups", groups),
+        ("channels_last", x.dim() >= 3 and int(x.stride()[1]) == 1 and int(x.shape[1]) > 1),
+    )
 
 
 def _conv(x: Any, w: Any, out: Any, transposed: bool, groups: int) -> list[GemmShape]:
@@ -242,6 +257,11 @@ def _grouped_mm(op: str, a: Any, b: Any, out: Any) -> list[GemmShape]:
     return _mm(op, a, b, out)
 
 
+def _flag(args: Sequence[Any], kwargs: dict[str, Any], index: int, key: str) -> bool:
+    value = args[index] if len(args) > index else kwargs.get(key, False)
+    return bool(value) if isinstance(value, (bool, int)) else False
+
+
 def extract(name: str, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> list[GemmShape]:
     """The GEMMs that aten op ``name`` (an overload packet name) runs for these
     arguments and output. Empty for ops that run none."""
@@ -258,11 +278,16 @@ def extract(name: str, args: Sequence[Any], kwargs: dict[str, Any], out: Any) ->
     if name == "convolution":
         transposed = bool(args[6]) if len(args) > 6 else bool(kwargs.get("transposed", False))
         groups = int(args[8]) if len(args) > 8 else int(kwargs.get("groups", 1))
-        return _conv(args[0], args[1], out, transposed, groups)
+        extra = _conv_extra(args[0], args[1], args[3:6], transposed, groups)
+        return [replace(s, extra=extra) for s in _conv(args[0], args[1], out, transposed, groups)]
     if name == "convolution_backward":
-        return _conv_backward(args[0], args[1], args[2], bool(args[7]), int(args[9]), list(args[10]))
+        extra = _conv_extra(args[1], args[2], args[4:7], bool(args[7]), int(args[9]))
+        return [replace(s, extra=extra)
+                for s in _conv_backward(args[0], args[1], args[2], bool(args[7]), int(args[9]), list(args[10]))]
     if name.startswith("_scaled_dot_product_") and name.endswith("_backward"):
-        return _sdpa_backward("sdpa", args[0], args[1], args[2], args[3])
+        causal = _flag(args, kwargs, 7, "is_causal")
+        return [replace(s, extra=(("is_causal", causal),)) for s in _sdpa_backward("sdpa", *args[:4])]
     if name.startswith("_scaled_dot_product_"):
-        return _sdpa("sdpa", args[0], args[1], args[2])
+        causal = _flag(args, kwargs, 4, "is_causal")
+        return [replace(s, extra=(("is_causal", causal),)) for s in _sdpa("sdpa", *args[:3])]
     return []

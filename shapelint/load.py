@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from shapelint.capture import user_frame_source
+from shapelint.capture import boundary, user_frame_source
 from shapelint.errors import ShapelintError
 from shapelint.records import Source
 
@@ -127,6 +127,7 @@ def fake_construction(defined_at: dict[int, Source]) -> Iterator[FakeTensorMode]
         handle.remove()
 
 
+@boundary
 def _call_user(fn: Callable[..., Any], what: str, **kwargs: Any) -> Any:
     try:
         return fn(**kwargs)
@@ -164,6 +165,7 @@ def _check_built(result: Any, what: str) -> tuple[torch.nn.Module, Any]:
     return model, inputs
 
 
+@boundary
 def _import_file(path: Path) -> Any:
     name = f"_shapelint_target_{uuid.uuid4().hex[:8]}"
     spec = importlib.util.spec_from_file_location(name, path)

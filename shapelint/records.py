@@ -213,6 +213,8 @@ class Finding:
     details: tuple[tuple[str, object], ...] = ()
     measured_speedup: float | None = None
     suppressed: bool = False
+    #: the covered GEMMs as they would be after the suggestion (for --verify)
+    after: tuple[Gemm, ...] = field(default=(), compare=False, repr=False)
 
     def detail(self, key: str, default: object = None) -> object:
         return dict(self.details).get(key, default)

@@ -108,6 +108,7 @@ def make_finding(
         est_ms_after=est_after,
         est_speedup=est_ms / est_after if est_after > 0 else None,
         details=tuple((details or {}).items()) + (("gemm_ms_after", tuple(after_ms)),),
+        after=tuple(changed),
     )
 
 

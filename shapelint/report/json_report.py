@@ -29,10 +29,12 @@ def summary(r: Result) -> dict[str, Any]:
         "est_speedup": round(r.step.speedup, 4),
         "est_scope": "GEMMs only",
         "findings": sum(1 for f in r.findings if not f.suppressed),
+        "suppressed": sum(1 for f in r.findings if f.suppressed),
     }
 
 
-def document(results: Sequence[Result]) -> dict[str, Any]:
+def document(results: Sequence[Result], *, show_suppressed: bool = False) -> dict[str, Any]:
+    """Suppressed findings appear (with ``"suppressed": true``) only with ``show_suppressed``."""
     many = len(results) > 1
     gemms: list[dict[str, Any]] = []
     findings: list[dict[str, Any]] = []
@@ -40,6 +42,8 @@ def document(results: Sequence[Result]) -> dict[str, Any]:
         for g in r.capture.gemms:
             gemms.append({**g.to_json(), **({"target": r.target} if many else {})})
         for f in r.findings:
+            if f.suppressed and not show_suppressed:
+                continue
             findings.append({**f.to_json(), "target": r.target})
     per = [summary(r) for r in results]
     if len(per) == 1:
@@ -58,9 +62,10 @@ def document(results: Sequence[Result]) -> dict[str, Any]:
             "est_speedup": round(est / after, 4) if after else 1.0,
             "est_scope": "GEMMs only",
             "findings": sum(s["findings"] for s in per),
+            "suppressed": sum(s["suppressed"] for s in per),
         }
     return {"version": __version__, "gemms": gemms, "findings": findings, "summary": total, "targets": per}
 
 
-def render(results: Sequence[Result]) -> str:
-    return json.dumps(document(results), indent=2) + "\n"
+def render(results: Sequence[Result], *, show_suppressed: bool = False) -> str:
+    return json.dumps(document(results, show_suppressed=show_suppressed), indent=2) + "\n"

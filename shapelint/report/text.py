@@ -92,3 +92,27 @@ def render(results: Sequence[Result], out: IO[str], *, verbose: bool = False, co
             highlight=False,
         )
         console.print()
+
+
+def statistics(results: Sequence[Result], out: IO[str], *, show_suppressed: bool = False) -> None:
+    """``--statistics``: findings per rule code, most frequent first (like ruff and flake8)."""
+    counts: dict[str, list] = {}  # code -> [count, name]
+    suppressed: dict[str, int] = {}
+    for r in results:
+        for f in r.findings:
+            if f.suppressed:
+                suppressed[f.code] = suppressed.get(f.code, 0) + 1
+                if show_suppressed:
+                    counts.setdefault(f.code, [0, f.name])
+            else:
+                counts.setdefault(f.code, [0, f.name])[0] += 1
+    rows = sorted(counts.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    width = max([len("count")] + [len(str(n)) for _, (n, _) in rows])
+    out.write(f"{'count':>{width}}  code   name\n")
+    for code, (n, name) in rows:
+        extra = f"  ({suppressed[code]} suppressed)" if show_suppressed and suppressed.get(code) else ""
+        out.write(f"{n:>{width}}  {code:<6} {name}{extra}\n")
+    total = sum(n for _, (n, _) in rows)
+    hidden = sum(suppressed.values())
+    tail = f", {hidden} suppressed" if hidden else ""
+    out.write(f"{total:>{width}}  total{tail}\n")

@@ -1,0 +1,205 @@
+"""``--format sarif``: SARIF 2.1.0 for GitHub code scanning (``upload-sarif``).
+
+One run; ``tool.driver.rules`` lists the rules that ran (from their docstrings),
+each result points at the line the finding names (the layer's constructor, or the
+config key), or at line 1 of the target when it has no line. Paths are relative to
+the repository root (the nearest folder upwards holding ``.git``), else to the
+current directory, with forward slashes.
+
+``partialFingerprints["shapelintFinding/v1"]`` is a SHA-256 of the file, rule code,
+module path and the suggested parameter and its current value: stable across runs
+and line moves, so code scanning keeps tracking the same alert.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Sequence
+from urllib.parse import quote
+
+from shapelint import __version__
+from shapelint.lint import Result
+from shapelint.records import Finding
+
+SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+INFORMATION_URI = "https://pypi.org/project/shapelint/"
+FINGERPRINT_KEY = "shapelintFinding/v1"
+
+LEVELS = {"info": "note", "warning": "warning", "error": "error"}
+
+
+# -- paths ----------------------------------------------------------------------
+
+
+def repo_root(start: Path | None = None) -> Path | None:
+    """The nearest folder from ``start`` (the current directory) upwards with ``.git``."""
+    folder = (start or Path.cwd()).resolve()
+    for d in (folder, *folder.parents):
+        if (d / ".git").exists():
+            return d
+    return None
+
+
+def relative_path(file: str, base: Path | None = None) -> str | None:
+    """``file`` relative to ``base`` (default: the repository root, else the current
+    directory), with forward slashes; None when it lies outside."""
+    base = (base or repo_root() or Path.cwd()).resolve()
+    path = Path(os.path.abspath(file))
+    try:
+        return path.relative_to(base).as_posix()
+    except ValueError:
+        try:
+            return path.resolve().relative_to(base).as_posix()
+        except ValueError:
+            return None
+
+
+def artifact_location(file: str, base: Path | None = None) -> dict[str, Any]:
+    rel = relative_path(file, base)
+    if rel is None:
+        return {"uri": Path(os.path.abspath(file)).as_uri()}
+    return {"uri": quote(rel, safe="/"), "uriBaseId": "%SRCROOT%"}
+
+
+def target_file(r: Result) -> str:
+    """The file a finding without a source line points at."""
+    if r.config_file:
+        return r.config_file
+    if Path(r.target).is_dir() and (Path(r.target) / "config.json").is_file():
+        return str(Path(r.target) / "config.json")
+    return r.target
+
+
+def location(f: Finding, r: Result) -> tuple[str, int]:
+    if f.source is not None and f.source.line >= 1:
+        return f.source.file, f.source.line
+    return target_file(r), 1
+
+
+# -- rules ----------------------------------------------------------------------
+
+
+def _section(doc: str, heading: str) -> str:
+    m = re.search(rf"^##\s*{re.escape(heading)}\s*$(.*?)(?=^##\s|\Z)", doc, re.MULTILINE | re.DOTALL)
+    return " ".join(m.group(1).split()) if m else ""
+
+
+def rule_descriptor(mod: ModuleType) -> dict[str, Any]:
+    doc = (mod.__doc__ or "").strip()
+    summary = doc.splitlines()[0].strip() if doc else mod.NAME
+    full = _section(doc, "What it does") or summary
+    why = _section(doc, "Why is this bad?")
+    if why:
+        full = f"{full} {why}"
+    return {
+        "id": mod.CODE,
+        "name": mod.NAME,
+        "shortDescription": {"text": summary},
+        "fullDescription": {"text": full},
+        "help": {"text": doc or summary, "markdown": doc or summary},
+        "defaultConfiguration": {"level": LEVELS.get(mod.SEVERITY, "warning")},
+        "properties": {"tags": ["performance", "gpu"], "precision": "high"},
+    }
+
+
+# -- results --------------------------------------------------------------------
+
+
+def message(f: Finding) -> str:
+    """The finding's message with its suggestion and estimated speedup."""
+    text = f.message.rstrip()
+    if text and text[-1] not in ".!?":
+        text += "."
+    if f.suggestion is not None:
+        text += f" Fix: {f.suggestion.parameter} {f.suggestion.from_} → {f.suggestion.to}."
+    if f.est_speedup is not None and f.est_ms is not None and f.est_ms_after is not None:
+        text += (f" Estimated {f.est_speedup:.2f}× on these GEMMs "
+                 f"({f.est_ms:.3f} ms → {f.est_ms_after:.3f} ms per step).")
+    if len(f.modules) > 1:
+        text += f" In {len(f.modules)} modules: {f.module}."
+    return text
+
+
+def fingerprint(f: Finding, file_uri: str) -> str:
+    s = f.suggestion
+    key = "\x1f".join([
+        file_uri, f.code, f.module,
+        s.parameter if s else "", str(s.from_) if s else "",
+    ])
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _result(f: Finding, r: Result, rule_index: int, seen: dict[str, int]) -> dict[str, Any]:
+    file, line = location(f, r)
+    art = artifact_location(file)
+    fp = fingerprint(f, art["uri"])
+    seen[fp] = seen.get(fp, 0) + 1
+    if seen[fp] > 1:  # the same shape twice in one file: keep fingerprints unique
+        fp = f"{fp}:{seen[fp]}"
+    out: dict[str, Any] = {
+        "ruleId": f.code,
+        "ruleIndex": rule_index,
+        "level": LEVELS.get(f.severity, "warning"),
+        "message": {"text": message(f)},
+        "locations": [{
+            "physicalLocation": {"artifactLocation": art, "region": {"startLine": max(1, line)}},
+            "logicalLocations": [{"fullyQualifiedName": f.module, "kind": "module"}],
+        }],
+        "partialFingerprints": {FINGERPRINT_KEY: fp},
+        "properties": {
+            "target": r.target,
+            "gpu": r.hardware.key,
+            "dtype": r.precision,
+            "modules": list(f.modules) or [f.module],
+            "suggestion": f.suggestion.to_json() if f.suggestion else None,
+            "estSpeedup": None if f.est_speedup is None else round(f.est_speedup, 4),
+            "estMs": None if f.est_ms is None else round(f.est_ms, 4),
+            "estMsAfter": None if f.est_ms_after is None else round(f.est_ms_after, 4),
+        },
+    }
+    if f.suppressed:
+        out["suppressions"] = [{"kind": "inSource"}]
+    return out
+
+
+def document(results: Sequence[Result], rules: Sequence[ModuleType], *,
+             show_suppressed: bool = False) -> dict[str, Any]:
+    descriptors = [rule_descriptor(m) for m in rules]
+    index = {d["id"]: i for i, d in enumerate(descriptors)}
+    out: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for r in results:
+        for f in r.findings:
+            if f.suppressed and not show_suppressed:
+                continue
+            if f.code not in index:  # a rule that ran but was not passed in
+                index[f.code] = len(descriptors)
+                descriptors.append({
+                    "id": f.code, "name": f.name, "shortDescription": {"text": f.name},
+                    "defaultConfiguration": {"level": LEVELS.get(f.severity, "warning")},
+                })
+            out.append(_result(f, r, index[f.code], seen))
+    return {
+        "$schema": SCHEMA_URI,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "shapelint",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "informationUri": INFORMATION_URI,
+                "rules": descriptors,
+            }},
+            "results": out,
+            "columnKind": "unicodeCodePoints",
+        }],
+    }
+
+
+def render(results: Sequence[Result], rules: Sequence[ModuleType], *, show_suppressed: bool = False) -> str:
+    return json.dumps(document(results, rules, show_suppressed=show_suppressed), indent=2, ensure_ascii=False) + "\n"
