@@ -107,7 +107,9 @@ def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware
     if missing:
         raise ShapelintError(f"{file or key}: GPU profile lacks {', '.join(missing)}")
     arch = _arch_table().get(str(doc["arch"]), _arch_table()["default"])
-    table = {int(b): {int(a): float(e) for a, e in row.items()} for b, row in arch["misaligned_efficiency"].items()}
+    # a calibrated profile carries its own measured penalties
+    rows = doc.get("misaligned_efficiency") or arch["misaligned_efficiency"]
+    table = {int(b): {int(a): float(e) for a, e in row.items()} for b, row in rows.items()}
     try:
         return Hardware(
             key=key,

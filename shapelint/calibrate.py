@@ -1,0 +1,142 @@
+"""``shapelint calibrate``: measure the local GPU's ceilings and write a GPU profile.
+
+Measures, with the --verify timer (CUDA events, L2 flushed, median):
+- dense GEMM TFLOP/s per dtype on a large aligned shape (8192³; fp32 4096³);
+- device-to-device copy bandwidth (bytes read + written);
+- the misalignment penalty per dtype (K = 4095 / 4100 / 4098 against 4096);
+- a wave sweep (4096 x N x 4096, N = 1024..2048 by 128) to fit ``wave_weight``,
+  and typical model shapes to fit ``gemm_efficiency``.
+The profile starts from the closest shipped profile (datasheet numbers) and adds a
+``measured`` block with the date, GPU, driver and torch version.
+"""
+
+from __future__ import annotations
+
+import datetime
+import statistics
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from shapelint.errors import ShapelintError
+from shapelint.estimate import gemm_time
+from shapelint.gemm_shapes import matrix
+from shapelint.hardware import PROFILE_DIR, Hardware, profile_from_dict
+from shapelint.records import Gemm
+
+PEAK_SHAPES = {"bf16": 8192, "fp16": 8192, "tf32": 8192, "fp32": 4096}
+#: dtype -> (element bytes, {aligned bytes: K that has that alignment}) against K = 4096
+MISALIGNED_K = {
+    "bf16": (2, {2: 4095, 8: 4100}),
+    "fp16": (2, {2: 4095, 8: 4100}),
+    "tf32": (4, {4: 4095, 8: 4098}),
+}
+WAVE_NS = list(range(1024, 2049, 128))
+TYPICAL = [(8192, 4096, 4096), (8192, 11008, 4096), (8192, 4096, 11008), (4096, 5632, 2048), (16384, 3072, 1024)]
+
+
+def _gemm(m: int, n: int, k: int, dtype: str) -> Gemm:
+    return Gemm(0, "mm", "forward", m, n, k, 1, dtype, matrix(m, k, k, 1), matrix(k, n, n, 1), matrix(m, n, n, 1), "", "")
+
+
+def measure(timer: Callable[[Callable[[], object]], list[float]], log: Callable[[str], None] = print) -> dict[str, Any]:
+    import torch
+
+    def mm_ms(m: int, n: int, k: int, dtype: str) -> float:
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+        a = torch.randn(m, k, device="cuda", dtype=dt)
+        b = torch.randn(k, n, device="cuda", dtype=dt)
+        return statistics.median(timer(lambda: torch.mm(a, b)))
+
+    out: dict[str, Any] = {"rows": []}
+    for dtype, s in PEAK_SHAPES.items():
+        ms = mm_ms(s, s, s, dtype)
+        out[f"{dtype}_tflops"] = round(2 * s**3 / (ms * 1e-3) / 1e12, 1)
+        log(f"peak {dtype}: {out[f'{dtype}_tflops']} TFLOP/s")
+    n_bytes = 1 << 30
+    src = torch.empty(n_bytes // 4, dtype=torch.float32, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    ms = statistics.median(timer(lambda: dst.copy_(src)))
+    out["copy_tbps"] = round(2 * n_bytes / (ms * 1e-3) / 1e12, 3)
+    log(f"copy: {out['copy_tbps']} TB/s")
+    table: dict[int, dict[int, float]] = {}
+    for dtype, (elem, ks) in MISALIGNED_K.items():
+        base = mm_ms(8192, 4096, 4096, dtype)
+        for aligned, k in ks.items():
+            eff = round(base * k / 4096 / mm_ms(8192, 4096, k, dtype), 3)
+            table.setdefault(elem, {})[aligned] = min(eff, table.get(elem, {}).get(aligned, 1.0))
+            log(f"misaligned {dtype} K={k} ({aligned}-byte): {eff} of aligned")
+    out["misaligned_efficiency"] = table
+    for n in WAVE_NS:
+        out["rows"].append({"tag": "wave", "M": 4096, "N": n, "K": 4096, "dtype": "bf16", "ms": mm_ms(4096, n, 4096, "bf16")})
+    for m, n, k in TYPICAL:
+        out["rows"].append({"tag": "typical", "M": m, "N": n, "K": k, "dtype": "bf16", "ms": mm_ms(m, n, k, "bf16")})
+    return out
+
+
+def fit(base: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    """``base`` profile with the measurements and the fitted constants folded in."""
+    doc = dict(base)
+    doc["measured"] = {k: v for k, v in measured.items() if k not in ("rows", "misaligned_efficiency")}
+    doc["misaligned_efficiency"] = measured["misaligned_efficiency"]
+    rows = measured["rows"]
+    peak = measured["bf16_tflops"]
+    typical = [2 * r["M"] * r["N"] * r["K"] / (r["ms"] * 1e-3) / 1e12 / peak for r in rows if r["tag"] == "typical"]
+    doc["gemm_efficiency"] = round(statistics.median(typical), 3) if typical else 0.87
+
+    def error(weight: float) -> float:
+        hw = profile_from_dict({**doc, "wave_weight": weight}, "calibrated")
+        return sum(abs(gemm_time(_gemm(r["M"], r["N"], r["K"], "bf16"), hw).seconds * 1e3 / r["ms"] - 1)
+                   for r in rows if r["tag"] == "wave")
+
+    doc["wave_weight"] = min((w / 10 for w in range(11)), key=error)
+    return doc
+
+
+def closest_base(name: str) -> dict[str, Any]:
+    from shapelint.hardware import builtin_profiles
+
+    low = name.lower()
+    best = None
+    for key, hw in builtin_profiles().items():
+        words = [w for w in hw.name.lower().replace("nvidia", "").replace("(", " ").replace(")", " ").split()]
+        score = sum(1 for w in words if w in low)
+        if best is None or score > best[0]:
+            best = (score, key)
+    assert best is not None
+    return yaml.safe_load((PROFILE_DIR / f"{best[1]}.yaml").read_text())
+
+
+def run(output: str, timer: Callable[[Callable[[], object]], list[float]] | None = None) -> Hardware:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ShapelintError("calibrate needs a CUDA GPU (torch.cuda.is_available() is False)")
+    from shapelint.verify import cuda_timer
+
+    name = torch.cuda.get_device_name()
+    measured = measure(timer or cuda_timer())
+    measured.update({
+        "date": datetime.date.today().isoformat(),
+        "gpu": name,
+        "driver": _driver(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    })
+    doc = fit(closest_base(name), measured)
+    doc["sources"] = list(doc.get("sources", [])) + [
+        f"shapelint calibrate on {name}, {measured['date']}, torch {torch.__version__}, driver {measured['driver']}"]
+    Path(output).write_text(yaml.safe_dump(doc, sort_keys=False))
+    return profile_from_dict(doc, Path(output).stem, output)
+
+
+def _driver() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"

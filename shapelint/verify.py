@@ -1,0 +1,317 @@
+"""Verify: time each finding's GEMMs before and after its suggestion on the local
+CUDA GPU, with the operand layouts the records carry.
+
+Method (METHOD.md of our lab, and triton's do_bench): random data (never zeros),
+warm-up, then many timed repetitions with the L2 cache flushed before each (a
+buffer twice the L2 size is zeroed), CUDA events around the kernel only, and the
+median. Each GEMM runs as the op that ran it in training: ``mm``/``addmm``/``bmm``
+on strided views that reproduce the recorded leading dimensions and transposes;
+convolutions as ``aten.convolution`` / ``convolution_backward`` with the recorded
+geometry; fused attention as ``F.scaled_dot_product_attention`` forward / backward.
+
+The statistics (median, spread, confirmation) are plain functions of samples, so
+they are tested on the CPU with a fake clock.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+from shapelint.hardware import Hardware
+from shapelint.records import Finding, Gemm, Operand
+
+#: timed repetitions and warm-up runs per kernel
+REPS = 50
+WARMUP = 10
+
+
+class Timer(Protocol):
+    """Runs ``fn`` repeatedly and returns the samples in milliseconds."""
+
+    def __call__(self, fn: Callable[[], object]) -> list[float]: ...
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def spread(self) -> float:
+        """Inter-quartile range over the median: the run-to-run noise."""
+        if len(self.samples) < 4:
+            return 0.0
+        q = statistics.quantiles(self.samples, n=4)
+        return (q[2] - q[0]) / self.median if self.median else 0.0
+
+
+@dataclass(frozen=True)
+class GemmCheck:
+    """One GEMM timed before and after."""
+
+    index: int
+    op: str
+    phase: str
+    before: Timing | None
+    after: Timing | None
+    flops_before: int
+    flops_after: int
+    peak_tflops: float
+
+    def tflops_fraction(self, which: str) -> float | None:
+        t = self.before if which == "before" else self.after
+        flops = self.flops_before if which == "before" else self.flops_after
+        if t is None or t.median <= 0:
+            return None
+        return flops / (t.median * 1e-3) / (self.peak_tflops * 1e12)
+
+
+@dataclass(frozen=True)
+class FindingCheck:
+    code: str
+    module: str
+    est_speedup: float | None
+    before_ms: float
+    after_ms: float
+    gemms: tuple[GemmCheck, ...]
+    scale: float = 1.0  # after-time multiplier: per-token throughput findings
+
+    @property
+    def measured_speedup(self) -> float | None:
+        if self.after_ms <= 0:
+            return None
+        return self.before_ms / (self.after_ms * self.scale)
+
+    def confirmed(self, threshold: float) -> bool:
+        m = self.measured_speedup
+        return m is not None and m >= threshold
+
+
+def check_finding(f: Finding, gemms: Sequence[Gemm], hw: Hardware, timer: Timer,
+                  runner: Callable[[Gemm], Callable[[], object] | None]) -> FindingCheck | None:
+    """Time ``f``'s covered GEMMs and their suggested versions. None when the
+    finding carries no suggested shapes or none of its kernels can run here."""
+    if not f.after or len(f.after) != len(f.gemms):
+        return None
+    by_index = {g.index: g for g in gemms}
+    checks = []
+    cache: dict[Any, Timing | None] = {}
+    for idx, after in zip(f.gemms, f.after):
+        before = by_index[idx]
+        tb = _timed(before, timer, runner, cache)
+        ta = _timed(after, timer, runner, cache)
+        checks.append(GemmCheck(idx, before.op, before.phase, tb, ta, before.flops, after.flops,
+                                hw.peak_tflops(before.dtype)))
+    paired = [c for c in checks if c.before is not None and c.after is not None]
+    if not paired:
+        return None
+    scale = 1.0
+    if f.detail("est_speedup_kind") == "throughput" and f.suggestion and isinstance(f.suggestion.from_, int):
+        scale = f.suggestion.from_ / float(f.suggestion.to)  # time per token at the larger batch
+    return FindingCheck(
+        f.code, f.module, f.est_speedup,
+        sum(c.before.median for c in paired if c.before),
+        sum(c.after.median for c in paired if c.after),
+        tuple(checks), scale,
+    )
+
+
+def _timed(g: Gemm, timer: Timer, runner: Callable[[Gemm], Callable[[], object] | None],
+           cache: dict[Any, Timing | None]) -> Timing | None:
+    key = _kernel_key(g)
+    if key is None:
+        return Timing((0.0,))  # part of a fused kernel timed with its first GEMM
+    if key not in cache:
+        fn = runner(g)
+        cache[key] = Timing(tuple(timer(fn))) if fn is not None else None
+    return cache[key]
+
+
+def _kernel_key(g: Gemm) -> Any:
+    """What identifies the kernel a GEMM runs in: the fused attention kernels run
+    several GEMMs each (timed once, on their first GEMM)."""
+    if g.op.startswith("sdpa."):
+        part = g.op.split(".", 1)[1]
+        if part not in ("qk", "qk_recompute"):
+            return None
+        return ("sdpa", part, g.m, g.n, g.k, g.batch, g.dtype, g.extra)
+    return (g.op, g.phase, g.m, g.n, g.k, g.batch, g.dtype, g.a, g.b, g.out, g.extra)
+
+
+def apply(findings: Sequence[Finding], checks: dict[int, FindingCheck], threshold: float) -> list[Finding]:
+    """Findings with ``measured_speedup`` and verification details; a finding
+    measured below ``threshold`` is marked not confirmed."""
+    out = []
+    for i, f in enumerate(findings):
+        c = checks.get(i)
+        if c is None:
+            out.append(replace(f, details=f.details + (("verify", {"status": "not run"}),)))
+            continue
+        frac_b = [x.tflops_fraction("before") for x in c.gemms]
+        frac_a = [x.tflops_fraction("after") for x in c.gemms]
+        verify = {
+            "status": "confirmed" if c.confirmed(threshold) else "not confirmed",
+            "before_ms": round(c.before_ms, 4),
+            "after_ms": round(c.after_ms, 4),
+            "gemms": [
+                {"index": x.index, "op": x.op, "phase": x.phase,
+                 "before_ms": _r(x.before.median if x.before else None),
+                 "after_ms": _r(x.after.median if x.after else None),
+                 "before_peak_fraction": _r(fb), "after_peak_fraction": _r(fa)}
+                for x, fb, fa in zip(c.gemms, frac_b, frac_a)
+            ],
+        }
+        out.append(replace(f, measured_speedup=c.measured_speedup, details=f.details + (("verify", verify),)))
+    return out
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def confirmed(f: Finding) -> bool:
+    v = f.detail("verify")
+    return not isinstance(v, dict) or v.get("status") != "not confirmed"
+
+
+# -- on the GPU -----------------------------------------------------------------
+
+
+def cuda_timer(reps: int = REPS, warmup: int = WARMUP) -> Timer:
+    """CUDA-event timing with an L2 flush before every repetition."""
+    import torch
+
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20) or (64 << 20)
+    flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device="cuda")
+
+    def timer(fn: Callable[[], object]) -> list[float]:
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for s, e in zip(starts, ends):
+            flush.zero_()
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    return timer
+
+
+_TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
+
+
+def materialize(op: Operand, batch: int, batched: bool, dtype: Any, device: str) -> Any:
+    """A random tensor with exactly ``op``'s layout (strides, offset, batch stride)."""
+    import torch
+
+    rows, cols = op.rows, op.cols
+    if op.copied:  # neither stride is 1: every other element of a wider buffer
+        base = torch.randn(batch, rows, 2 * cols, dtype=dtype, device=device)[..., ::2]
+        return base if batched else base[0]
+    bs = op.batch_stride or (rows * cols if batch > 1 else 0)
+    strides = (1, op.ld) if op.transposed else (op.ld, 1)
+    extent = ((cols - 1) * op.ld + rows) if op.transposed else ((rows - 1) * op.ld + cols)
+    size = op.offset + (batch - 1) * bs + extent
+    storage = torch.randn(size, dtype=dtype, device=device)
+    if batched:
+        return storage.as_strided((batch, rows, cols), (bs, *strides), op.offset)
+    return storage.as_strided((rows, cols), strides, op.offset)
+
+
+def gpu_runner(device: str = "cuda") -> Callable[[Gemm], Callable[[], object] | None]:
+    import torch
+
+    def runner(g: Gemm) -> Callable[[], object] | None:
+        if g.dtype not in _TORCH_DTYPE:
+            return None
+        dtype = getattr(torch, _TORCH_DTYPE[g.dtype])
+        torch.backends.cuda.matmul.allow_tf32 = g.dtype == "tf32"
+        torch.backends.cudnn.allow_tf32 = g.dtype == "tf32"
+        if g.role == "conv":
+            return _conv_runner(g, dtype, device)
+        if g.op.startswith("sdpa."):
+            return _sdpa_runner(g, dtype, device)
+        batched = g.op in ("bmm", "baddbmm") or g.batch > 1
+        a = materialize(g.a, g.batch, batched, dtype, device)
+        b = materialize(g.b, g.batch, batched, dtype, device)
+        if batched:
+            return lambda: torch.bmm(a, b)
+        if g.op in ("addmm", "_addmm_activation"):
+            bias = torch.randn(g.n, dtype=dtype, device=device)
+            return lambda: torch.addmm(bias, a, b)
+        return lambda: torch.mm(a, b)
+
+    return runner
+
+
+def _conv_runner(g: Gemm, dtype: Any, device: str) -> Callable[[], object] | None:
+    import torch
+
+    x = dict(g.extra)
+    if not x or x.get("transposed"):
+        return None
+    groups = int(x["groups"])  # type: ignore[arg-type]
+    n_batch, _, *spatial = x["input"]  # type: ignore[misc]
+    kernel = list(x["weight"][2:])  # type: ignore[index]
+    rs = math.prod(kernel)
+    part = g.op.split(".", 1)[1] if "." in g.op else "forward"
+    if part == "forward":
+        c_out, c_in = g.n * groups, g.k * groups // rs
+    elif part == "grad_input":
+        c_out, c_in = g.k * groups, g.n * groups // rs
+    else:
+        c_out, c_in = g.m * groups, g.n * groups // rs
+    channels_last = not g.a.copied
+    fmt = torch.channels_last if channels_last and len(spatial) == 2 else torch.contiguous_format
+    inp = torch.randn(n_batch, c_in, *spatial, dtype=dtype, device=device).to(memory_format=fmt)
+    w = torch.randn(c_out, c_in // groups, *kernel, dtype=dtype, device=device).to(memory_format=fmt)
+    stride, padding, dilation = list(x["stride"]), list(x["padding"]), list(x["dilation"])  # type: ignore[arg-type]
+    conv = torch.ops.aten.convolution.default
+    if part == "forward":
+        return lambda: conv(inp, w, None, stride, padding, dilation, False, [0] * len(spatial), groups)
+    out = conv(inp, w, None, stride, padding, dilation, False, [0] * len(spatial), groups)
+    grad = torch.randn_like(out).to(memory_format=fmt)
+    mask = [part == "grad_input", part == "grad_weight", False]
+    back = torch.ops.aten.convolution_backward.default
+    return lambda: back(grad, inp, w, None, stride, padding, dilation, False, [0] * len(spatial), groups, mask)
+
+
+def _sdpa_runner(g: Gemm, dtype: Any, device: str) -> Callable[[], object] | None:
+    import torch
+    import torch.nn.functional as F
+
+    causal = bool(dict(g.extra).get("is_causal", False))
+    bh, tq, tk, d = g.batch, g.m, g.n, g.k
+    q = torch.randn(1, bh, tq, d, dtype=dtype, device=device, requires_grad=True)
+    k = torch.randn(1, bh, tk, d, dtype=dtype, device=device, requires_grad=True)
+    v = torch.randn(1, bh, tk, d, dtype=dtype, device=device, requires_grad=True)
+    if g.op == "sdpa.qk":
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    grad = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
+
+
+def verify(findings: Sequence[Finding], gemms: Sequence[Gemm], hw: Hardware, threshold: float,
+           timer: Timer | None = None, runner: Callable[[Gemm], Callable[[], object] | None] | None = None,
+           progress: Callable[[Iterable[int]], Iterable[int]] | None = None) -> list[Finding]:
+    """Time every finding that carries suggested shapes; see :func:`apply`."""
+    timer = timer or cuda_timer()
+    runner = runner or gpu_runner()
+    checks: dict[int, FindingCheck] = {}
+    indices: Iterable[int] = range(len(findings))
+    for i in (progress(indices) if progress else indices):
+        c = check_finding(findings[i], gemms, hw, timer, runner)
+        if c is not None:
+            checks[i] = c
+    return apply(findings, checks, threshold)

@@ -1,0 +1,111 @@
+"""--verify's logic on the CPU: layouts it rebuilds, the statistics, confirmation,
+with a fake clock (the CUDA timing itself is exercised by benchmarks on a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from shapelint.engine import run_rules
+from shapelint.hardware import resolve
+from shapelint.lint import trace, vocab_sizes
+from shapelint.rule_api import RuleContext
+from shapelint.verify import Timing, check_finding, confirmed, materialize, verify
+
+
+def lm_head_findings():
+    class LM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wte = nn.Embedding(50257, 768)
+            self.lm_head = nn.Linear(768, 50257, bias=False)
+
+        def forward(self, idx):
+            return self.lm_head(self.wte(idx))
+
+    cap, model = trace(lambda: (LM(), torch.randint(0, 50257, (8, 1024))))
+    from shapelint.engine import builtin_rules
+
+    hw = resolve("h200")
+    ctx = RuleContext(vocab_sizes=vocab_sizes(model))
+    return cap.gemms, [f for f in run_rules(builtin_rules(), cap.gemms, hw, ctx) if f.code == "SL501"], hw
+
+
+class FakeClock:
+    """Each kernel 'takes' what its fake runner returns, with ±2% noise."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, fn):
+        ms = fn()
+        self.calls += 1
+        return [ms * (1 + 0.01 * ((i % 5) - 2)) for i in range(21)]
+
+
+def fake_runner(hw, slow_misaligned: float):
+    from shapelint.estimate import gemm_alignment, gemm_time
+
+    def runner(g):
+        ms = gemm_time(g, hw).seconds * 1e3
+        if gemm_alignment(g, hw) < hw.alignment_bytes:
+            ms *= slow_misaligned
+        return lambda: ms
+
+    return runner
+
+
+def test_timing_statistics() -> None:
+    t = Timing((1.0, 2.0, 3.0, 4.0, 100.0))
+    assert t.median == 3.0
+    assert t.spread == pytest.approx((52.0 - 1.5) / 3.0)
+
+
+def test_measured_speedup_and_confirmation_with_a_fake_clock() -> None:
+    gemms, (f,), hw = lm_head_findings()
+    clock = FakeClock()
+    c = check_finding(f, gemms, hw, clock, fake_runner(hw, 1.0))
+    assert c is not None and clock.calls == 6  # 3 GEMMs before, 3 after
+    assert c.measured_speedup == pytest.approx(f.est_speedup, rel=1e-6)
+    (checked,) = verify([f], gemms, hw, threshold=1.05, timer=FakeClock(), runner=fake_runner(hw, 1.0))
+    assert checked.measured_speedup == pytest.approx(f.est_speedup, rel=1e-6)
+    v = checked.detail("verify")
+    assert v["status"] == "confirmed" and len(v["gemms"]) == 3
+    assert all(0 < g["after_peak_fraction"] <= 1.0 for g in v["gemms"])
+    assert confirmed(checked)
+
+
+def test_a_finding_measured_below_threshold_is_not_confirmed() -> None:
+    gemms, (f,), hw = lm_head_findings()
+    # a GPU where misalignment costs nothing extra: padding only adds work
+    (checked,) = verify([f], gemms, hw, threshold=1.05, timer=FakeClock(),
+                        runner=fake_runner(hw, 1.0 / 4.76))
+    assert checked.measured_speedup < 1.05
+    assert checked.detail("verify")["status"] == "not confirmed"
+    assert not confirmed(checked)
+
+
+def test_materialize_reproduces_recorded_layouts() -> None:
+    gemms, (f,), _ = lm_head_findings()
+    dw = next(g for g in gemms if g.phase == "grad_weight")
+    a = materialize(dw.a, 1, False, torch.float32, "cpu")
+    assert a.shape == (50257, 8192) and a.stride() == (1, 50257)  # dyᵀ: column-major, ld = vocab
+    fwd = next(g for g in gemms if g.phase == "forward")
+    b = materialize(fwd.b, 1, False, torch.float32, "cpu")
+    assert b.shape == (768, 50257) and b.stride() == (1, 768)
+    assert torch.count_nonzero(b) > 0  # random data, never zeros
+
+
+def test_sdpa_kernels_are_timed_once_per_kernel() -> None:
+    from shapelint.verify import _kernel_key
+
+    class Attn(nn.Module):
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    q = lambda: torch.randn(2, 4, 64, 100, requires_grad=True)  # noqa: E731
+    cap, _ = trace(lambda: (Attn(), (q(), q(), q())))
+    keys = {_kernel_key(g) for g in cap.gemms}
+    assert len([k for k in keys if k is not None]) == 2  # the forward and the backward kernel
+    assert all(dict(g.extra)["is_causal"] for g in cap.gemms)
