@@ -50,6 +50,14 @@ def measure(timer: Callable[[Callable[[], object]], list[float]], log: Callable[
         b = torch.randn(k, n, device="cuda", dtype=dt)
         return statistics.median(timer(lambda: torch.mm(a, b)))
 
+    def linear_ms(m: int, n: int, k: int, dtype: str) -> float:
+        """y = x Wᵀ as nn.Linear runs it: W is [n, k], so B is column-major."""
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+        x = torch.randn(m, k, device="cuda", dtype=dt)
+        w = torch.randn(n, k, device="cuda", dtype=dt)
+        return statistics.median(timer(lambda: torch.mm(x, w.t())))
+
     out: dict[str, Any] = {"rows": []}
     for dtype, s in PEAK_SHAPES.items():
         ms = mm_ms(s, s, s, dtype)
@@ -69,6 +77,14 @@ def measure(timer: Callable[[Callable[[], object]], list[float]], log: Callable[
             table.setdefault(elem, {})[aligned] = min(eff, table.get(elem, {}).get(aligned, 1.0))
             log(f"misaligned {dtype} K={k} ({aligned}-byte): {eff} of aligned")
     out["misaligned_efficiency"] = table
+    out_table: dict[int, dict[int, float]] = {}
+    for dtype, (elem, ks) in MISALIGNED_K.items():
+        base = linear_ms(8192, 4096, 4096, dtype)
+        for aligned, n in ks.items():  # the Linear forward with an odd out_features
+            eff = round(base * n / 4096 / linear_ms(8192, n, 4096, dtype), 3)
+            out_table.setdefault(elem, {})[aligned] = min(eff, out_table.get(elem, {}).get(aligned, 1.0))
+            log(f"misaligned output {dtype} N={n} ({aligned}-byte): {eff} of aligned")
+    out["misaligned_output_efficiency"] = out_table
     for n in WAVE_NS:
         out["rows"].append({"tag": "wave", "M": 4096, "N": n, "K": 4096, "dtype": "bf16", "ms": mm_ms(4096, n, 4096, "bf16")})
     for m, n, k in TYPICAL:
@@ -79,8 +95,10 @@ def measure(timer: Callable[[Callable[[], object]], list[float]], log: Callable[
 def fit(base: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
     """``base`` profile with the measurements and the fitted constants folded in."""
     doc = dict(base)
-    doc["measured"] = {k: v for k, v in measured.items() if k not in ("rows", "misaligned_efficiency")}
-    doc["misaligned_efficiency"] = measured["misaligned_efficiency"]
+    tables = ("misaligned_efficiency", "misaligned_output_efficiency")
+    doc["measured"] = {k: v for k, v in measured.items() if k != "rows" and k not in tables}
+    for key in tables:
+        doc[key] = measured[key]
     rows = measured["rows"]
     peak = measured["bf16_tflops"]
     typical = [2 * r["M"] * r["N"] * r["K"] / (r["ms"] * 1e-3) / 1e12 / peak for r in rows if r["tag"] == "typical"]
@@ -122,12 +140,12 @@ def run(output: str, timer: Callable[[Callable[[], object]], list[float]] | None
         "date": datetime.date.today().isoformat(),
         "gpu": name,
         "driver": _driver(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
+        "torch": str(torch.__version__),
+        "cuda": str(torch.version.cuda),
     })
     doc = fit(closest_base(name), measured)
     doc["sources"] = list(doc.get("sources", [])) + [
-        f"shapelint calibrate on {name}, {measured['date']}, torch {torch.__version__}, driver {measured['driver']}"]
+        f"shapelint calibrate on {name}, {measured['date']}, torch {measured['torch']}, driver {measured['driver']}"]
     Path(output).write_text(yaml.safe_dump(doc, sort_keys=False))
     return profile_from_dict(doc, Path(output).stem, output)
 

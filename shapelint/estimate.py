@@ -61,6 +61,15 @@ def gemm_alignment(g: Gemm, hw: Hardware) -> int:
     return min(operand_alignment(op, g.dtype_bytes, cap) for op in (g.a, g.b, g.out))
 
 
+def alignment_efficiency(g: Gemm, hw: Hardware) -> float:
+    """The calibrated rate fraction for this GEMM's worst input and its output."""
+    cap = hw.alignment_bytes
+    inputs = min(operand_alignment(op, g.dtype_bytes, cap) for op in (g.a, g.b))
+    output = operand_alignment(g.out, g.dtype_bytes, cap)
+    return min(hw.misalignment_efficiency(g.dtype_bytes, inputs),
+               hw.misalignment_efficiency(g.dtype_bytes, output, output=True))
+
+
 def quantization(m: int, n: int, batch: int, hw: Hardware) -> tuple[float, float, tuple[int, int]]:
     """(tile efficiency, wave efficiency, tile) for the profile tile that wastes least."""
     best = (0.0, 0.0, hw.tiles[0])
@@ -83,7 +92,7 @@ def _rate(g: Gemm, hw: Hardware) -> tuple[float, float]:
     if not hw.uses_tensor_cores(g.dtype):
         return peak, 1.0
     peak *= hw.gemm_efficiency
-    return peak, hw.misalignment_efficiency(g.dtype_bytes, gemm_alignment(g, hw))
+    return peak, alignment_efficiency(g, hw)
 
 
 def gemm_time(g: Gemm, hw: Hardware) -> GemmTime:

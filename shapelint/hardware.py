@@ -41,6 +41,7 @@ class Hardware:
     #: from _arch.yaml: efficiency of a tensor-core GEMM whose worst operand is only
     #: N-byte aligned, per element size: {element_bytes: {aligned_bytes: efficiency}}
     misaligned_efficiency: dict[int, dict[int, float]] = field(default_factory=dict)
+    misaligned_output_efficiency: dict[int, dict[int, float]] = field(default_factory=dict)
     memory_efficiency: float = 0.5
     min_gemm_us: float = 5.0
     attention_efficiency: float = 0.5
@@ -80,10 +81,11 @@ class Hardware:
     def align_elems(self, dtype_bytes: int) -> int:
         return max(1, self.alignment_bytes // dtype_bytes)
 
-    def misalignment_efficiency(self, dtype_bytes: int, aligned_bytes: int) -> float:
+    def misalignment_efficiency(self, dtype_bytes: int, aligned_bytes: int, output: bool = False) -> float:
         """Fraction of the aligned rate a tensor-core GEMM keeps when its worst
-        pointer / leading dimension is only ``aligned_bytes``-byte aligned."""
-        table = self.misaligned_efficiency.get(dtype_bytes)
+        input (``output``: its output) pointer / leading dimension is only
+        ``aligned_bytes``-byte aligned."""
+        table = (self.misaligned_output_efficiency if output else self.misaligned_efficiency).get(dtype_bytes)
         if aligned_bytes >= self.alignment_bytes or not table:
             return 1.0
         return table.get(aligned_bytes, min(table.values()))
@@ -107,9 +109,11 @@ def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware
     if missing:
         raise ShapelintError(f"{file or key}: GPU profile lacks {', '.join(missing)}")
     arch = _arch_table().get(str(doc["arch"]), _arch_table()["default"])
-    # a calibrated profile carries its own measured penalties
-    rows = doc.get("misaligned_efficiency") or arch["misaligned_efficiency"]
-    table = {int(b): {int(a): float(e) for a, e in row.items()} for b, row in rows.items()}
+    def table(key: str) -> dict[int, dict[int, float]]:
+        # a calibrated profile carries its own measured penalties
+        rows = doc.get(key) or arch[key]
+        return {int(b): {int(a): float(e) for a, e in row.items()} for b, row in rows.items()}
+
     try:
         return Hardware(
             key=key,
@@ -127,7 +131,8 @@ def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware
             achievable=float(doc["achievable"]),
             sources=tuple(str(s) for s in doc["sources"]),
             measured=dict(doc.get("measured") or {}),
-            misaligned_efficiency=table,
+            misaligned_efficiency=table("misaligned_efficiency"),
+            misaligned_output_efficiency=table("misaligned_output_efficiency"),
             memory_efficiency=float(doc.get("memory_efficiency", arch["memory_efficiency"])),
             min_gemm_us=float(doc.get("min_gemm_us", arch["min_gemm_us"])),
             attention_efficiency=float(doc.get("attention_efficiency", arch["attention_efficiency"])),

@@ -29,7 +29,8 @@ class Options:
     tp: int = 1
     dump_graph: str | None = None
     min_loss: float = 0.05
-    min_speedup: float = 1.0
+    #: findings estimated to gain less than this are noise, not advice
+    min_speedup: float = 1.05
 
 
 @dataclass

@@ -80,7 +80,7 @@ def test_a_finding_measured_below_threshold_is_not_confirmed() -> None:
     gemms, (f,), hw = lm_head_findings()
     # a GPU where misalignment costs nothing extra: padding only adds work
     (checked,) = verify([f], gemms, hw, threshold=1.05, timer=FakeClock(),
-                        runner=fake_runner(hw, 1.0 / 4.76))
+                        runner=fake_runner(hw, 1.0 / f.est_speedup))
     assert checked.measured_speedup < 1.05
     assert checked.detail("verify")["status"] == "not confirmed"
     assert not confirmed(checked)
