@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from shapelint.capture import boundary, user_frame_source
+from shapelint.capture import RecordingFakeMode, boundary, user_frame_source
 from shapelint.errors import ShapelintError
 from shapelint.records import Source
 
@@ -118,7 +118,7 @@ def fake_construction(defined_at: dict[int, Source]) -> Iterator[FakeTensorMode]
             if src is not None:
                 defined_at[id(sub)] = src
 
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = RecordingFakeMode()
     handle = module_mod.register_module_module_registration_hook(on_register)
     try:
         with mode, torch.device("cpu"):
@@ -420,14 +420,24 @@ def _hf_model(transformers: Any, config: Any, where: str) -> torch.nn.Module:
     last: Exception | None = None
     for cls in candidates:
         try:
-            if hasattr(cls, "from_config"):
-                return cls.from_config(config, attn_implementation="sdpa")
-            return cls._from_config(config, attn_implementation="sdpa")
+            with _no_init_weights(transformers):  # fake weights need no initial values
+                if hasattr(cls, "from_config"):
+                    return cls.from_config(config, attn_implementation="sdpa")
+                return cls._from_config(config, attn_implementation="sdpa")
         except ValueError as exc:  # unrecognised configuration class for this auto class
             last = exc
         except Exception as exc:  # noqa: BLE001
             raise ShapelintError(f"{where}: transformers cannot build this model: {_one_line(exc)}") from exc
     raise ShapelintError(f"{where}: transformers cannot build a model for this config: {_one_line(last or Exception())}")
+
+
+def _no_init_weights(transformers: Any) -> Any:
+    for where in ("transformers.initialization", "transformers.modeling_utils"):
+        try:
+            return importlib.import_module(where).no_init_weights()
+        except (ImportError, AttributeError):
+            continue
+    return contextlib.nullcontext()
 
 
 def _hf_inputs(model: torch.nn.Module, config: Any, where: str, batch: int, seq: int | None) -> dict[str, Any]:
