@@ -7,12 +7,15 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import IO, NoReturn, Sequence
+from types import ModuleType
+from typing import IO, TYPE_CHECKING, Any, NoReturn, Sequence
 
 from shapelint import __version__
+from shapelint.config import DTYPES, FORMATS, Config
 from shapelint.errors import ShapelintError
 
-from shapelint.config import DTYPES, FORMATS
+if TYPE_CHECKING:
+    from shapelint.lint import Options
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore", type=_codes, default=None, metavar="CODES",
                    help="skip these rule codes/prefixes/names, comma-separated")
     p.add_argument("--min-speedup", type=_positive_float, default=None, metavar="X",
-                   help="report findings whose estimated speedup is at least X (default 1.0)")
+                   help="report findings whose estimated speedup is at least X (default: the linter's built-in "
+                        "threshold)")
     p.add_argument("--min-loss", type=_fraction, default=None, metavar="X",
                    help="least estimated loss (fraction of a layer's GEMM time) rules report (default 0.05)")
     p.add_argument("--rules-dir", action="append", default=[], metavar="DIR", help="load extra rule modules")
@@ -105,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "(needs matplotlib: pip install 'shapelint[plot]')")
     p.add_argument("--skip-other-files", action="store_true",
                    help="skip given files that are not targets (Python files without shapelint_model, "
-                        "JSON without model_type, YAML without model:); for pre-commit")
+                        "JSON without model_type, YAML without model:), as the pre-commit hook does")
     p.add_argument("--dump-graph", metavar="FILE", help="write the joint forward+backward FX graph's code")
     p.add_argument("--list-rules", action="store_true", help="list the rules and exit")
     p.add_argument("--verbose", "-v", action="store_true", help="add the full GEMM table")
@@ -166,7 +170,7 @@ def _run(argv: list[str]) -> int:
 
     from shapelint import suppress
     from shapelint.config import module_ignored
-    from shapelint.lint import Options, lint_target, with_findings
+    from shapelint.lint import lint_target, with_findings
     from shapelint.load import discover
 
     paths = discover(args.targets)
@@ -176,24 +180,7 @@ def _run(argv: list[str]) -> int:
     results = []
     for path in paths:
         own = _target_settings(path)
-
-        def pick(flag: object, key: str, setting: str | None = None) -> object:
-            # a flag, else the config's value unless the target sets its own
-            if flag is not None:
-                return flag
-            return None if (setting or key) in own else getattr(cfg, key)
-
-        inference = pick(args.inference, "inference", "training")
-        opts = Options(
-            dtype=pick(args.dtype, "dtype"),  # type: ignore[arg-type]
-            training=None if inference is None else not inference,
-            batch=pick(args.batch, "batch"),  # type: ignore[arg-type]
-            seq=pick(args.seq, "seq"),  # type: ignore[arg-type]
-            tp=pick(args.tp, "tp") or 1,  # type: ignore[arg-type]
-            dump_graph=args.dump_graph,
-            min_loss=_first(args.min_loss, cfg.min_loss, Options.min_loss),
-            min_speedup=_first(args.min_speedup, cfg.min_speedup, Options.min_speedup),
-        )
+        opts = _options(args, cfg, own)
         hw = cli_hw or (None if "gpu" in own else cfg_hw)
         r = lint_target(path, opts, hw, rules)
         findings = [f for f in r.findings if not module_ignored(f, cfg.per_module_ignores)]
@@ -208,29 +195,50 @@ def _run(argv: list[str]) -> int:
         from shapelint.report import plot
 
         plot.render(results, args.plot)
-    findings = sum(1 for r in results for f in r.findings if not f.suppressed)
+    count = sum(1 for r in results for f in r.findings if not f.suppressed)
     exit_zero = args.exit_zero if args.exit_zero is not None else bool(cfg.exit_zero)
-    return 1 if findings and not exit_zero else 0
+    return 1 if count and not exit_zero else 0
 
 
-def _first(*values: float | None) -> float:
-    return float(next(v for v in values if v is not None))  # type: ignore[arg-type]
+def _options(args: argparse.Namespace, cfg: Config, own: set[str]) -> Options:
+    """One target's options: a flag, else the target's own setting (``own``: the keys
+    its YAML sets, left None here so that the target's value applies), else the
+    configuration file, else the built-in default."""
+
+    def pick(flag: Any, key: str, setting: str | None = None) -> Any:
+        if flag is not None:
+            return flag
+        return None if (setting or key) in own else getattr(cfg, key)
+
+    from shapelint.lint import Options
+
+    inference = pick(args.inference, "inference", "training")
+    defaults = Options()
+    return Options(
+        dtype=pick(args.dtype, "dtype"),
+        training=None if inference is None else not inference,
+        batch=pick(args.batch, "batch"),
+        seq=pick(args.seq, "seq"),
+        tp=pick(args.tp, "tp") or 1,
+        dump_graph=args.dump_graph,
+        min_loss=next(v for v in (args.min_loss, cfg.min_loss, defaults.min_loss) if v is not None),
+        min_speedup=next(v for v in (args.min_speedup, cfg.min_speedup, defaults.min_speedup) if v is not None),
+    )
 
 
-def _check_config_codes(cfg: object, rules: Sequence[object]) -> None:
-    """Unknown rule codes in the configuration file: an error naming the file."""
+def _check_config_codes(cfg: Config, rules: Sequence[ModuleType]) -> None:
+    """Unknown rule codes in the configuration file: an error naming the file and line."""
     from shapelint import engine
 
-    file = getattr(cfg, "file", None)
-    if file is None:
+    if cfg.file is None:
         return
-    checks = [("select", getattr(cfg, "select") or []), ("ignore", getattr(cfg, "ignore") or [])]
-    checks += [("per-module-ignores", codes) for codes in getattr(cfg, "per_module_ignores").values()]
+    checks = [("select", cfg.select or []), ("ignore", cfg.ignore or [])]
+    checks += [("per-module-ignores", codes) for codes in cfg.per_module_ignores.values()]
     for key, codes in checks:
         try:
-            engine.select_rules(rules, codes, [])  # type: ignore[arg-type]
+            engine.select_rules(rules, codes, [])
         except ShapelintError as exc:
-            raise ShapelintError(f"{cfg.where(key)}: {key}: {exc}") from None  # type: ignore[attr-defined]
+            raise ShapelintError(f"{cfg.where(key)}: {key}: {exc}") from None
 
 
 #: settings a shapelint YAML target can carry, by the configuration key they shadow
@@ -275,7 +283,7 @@ def _looks_like_target(path: Path) -> bool:
     return False
 
 
-def _write(results: list, args: argparse.Namespace, fmt: str, rules: Sequence[object]) -> None:
+def _write(results: list, args: argparse.Namespace, fmt: str, rules: Sequence[ModuleType]) -> None:
     if fmt == "json":
         from shapelint.report import json_report
 
@@ -283,7 +291,7 @@ def _write(results: list, args: argparse.Namespace, fmt: str, rules: Sequence[ob
     elif fmt == "sarif":
         from shapelint.report import sarif
 
-        rendered = sarif.render(results, rules, show_suppressed=args.show_suppressed)  # type: ignore[arg-type]
+        rendered = sarif.render(results, rules, show_suppressed=args.show_suppressed)
     elif fmt == "github":
         from shapelint.report import github
 

@@ -40,7 +40,6 @@ syntax errors, the line): ``pyproject.toml:12: TOML syntax error: ...``.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -50,11 +49,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from shapelint.errors import ShapelintError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
+from shapelint.files import parse_json, parse_toml, parse_yaml, read_text
 
 #: compute precisions a user may ask for (``--dtype`` and the ``dtype`` key)
 DTYPES = ("bf16", "fp16", "fp32", "tf32")
@@ -150,63 +145,6 @@ def find_config(start: Path | None = None) -> Path | None:
 # -- reading --------------------------------------------------------------------
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ShapelintError(f"{_display(path)}: cannot read: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ShapelintError(f"{_display(path)}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-
-
-_TOML_AT = re.compile(r"\s*\(at line (\d+), column \d+\)\s*$")
-
-
-def _parse_toml(text: str, where: str) -> dict[str, Any]:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        msg = str(exc)
-        line = getattr(exc, "lineno", None)
-        m = _TOML_AT.search(msg)
-        if m:
-            line = line or int(m.group(1))
-            msg = msg[: m.start()]
-        if msg.endswith("(at end of document)"):
-            line = line or max(1, len(text.splitlines()))
-            msg = msg[: -len("(at end of document)")]
-        msg = msg.strip() or "invalid TOML"
-        raise ShapelintError(f"{where}{f':{line}' if line else ''}: TOML syntax error: {msg}") from exc
-    except RecursionError as exc:
-        raise ShapelintError(f"{where}: TOML syntax error: nested too deeply") from exc
-
-
-def _parse_yaml(text: str, where: str) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["invalid YAML"])[0]
-        raise ShapelintError(f"{where}{line}: YAML syntax error: {problem}") from exc
-    except RecursionError as exc:
-        raise ShapelintError(f"{where}: YAML syntax error: nested too deeply") from exc
-    except (ValueError, TypeError, OverflowError) as exc:
-        # PyYAML builds timestamps with datetime, which rejects e.g. 2024-13-01
-        raise ShapelintError(f"{where}: YAML value error: {exc}") from exc
-
-
-def _parse_json(text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ShapelintError(f"{where}:{exc.lineno}: JSON syntax error: {exc.msg}") from exc
-    except RecursionError as exc:
-        raise ShapelintError(f"{where}: JSON syntax error: nested too deeply") from exc
-
-
 def _toml_key_lines(text: str) -> dict[str, int]:
     """key -> line of ``key = ...`` inside the ``[tool.shapelint]`` table (best effort)."""
     out: dict[str, int] = {}
@@ -242,9 +180,9 @@ def read_config(path: Path) -> Config:
     where = _display(path)
     if not path.is_file():
         raise ShapelintError(f"--config {where}: no such file")
-    text = _read_text(path)
+    text = read_text(path, _display(path))
     if path.suffix == ".toml":
-        doc = _parse_toml(text, where)
+        doc = parse_toml(text, where)
         tool = doc.get("tool")
         table = tool.get("shapelint") if isinstance(tool, dict) else None
         if table is None:
@@ -256,12 +194,12 @@ def read_config(path: Path) -> Config:
             lines = {**_toml_key_lines("[tool.shapelint]\n" + text)}
             lines = {k: v - 1 for k, v in lines.items()}
     elif path.suffix in (".yaml", ".yml"):
-        table = _parse_yaml(text, where)
+        table = parse_yaml(text, where)
         if table is None:
             table = {}
         lines = _yaml_key_lines(text)
     elif path.suffix == ".json":
-        table = _parse_json(text, where)
+        table = parse_json(text, where)
         lines = {}
     else:
         raise ShapelintError(f"{where}: a configuration file must be .toml, .yaml, .yml or .json")

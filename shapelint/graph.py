@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from shapelint.capture import _FusedAttention, call_model, output_tensors
+from shapelint.capture import _FusedAttention, output_tensors
 from shapelint.gemm_shapes import GEMM_OPS, GemmShape, extract
 
 

@@ -71,7 +71,10 @@ def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[
     training = opts.training if opts.training is not None else bool(loaded.settings.get("training", True))
     with loaded.fake_mode:
         inputs = to_precision(loaded.model, loaded.inputs, precision)
-        cap = capture(loaded.model, inputs, precision=precision, training=training, defined_at=loaded.defined_at)
+        try:
+            cap = capture(loaded.model, inputs, precision=precision, training=training, defined_at=loaded.defined_at)
+        except ShapelintError as exc:
+            raise ShapelintError(f"{path}: {exc}") from exc
         if opts.dump_graph:
             from shapelint.graph import dump_graph
 

@@ -17,7 +17,6 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
-import json
 import math
 import os
 import re
@@ -32,6 +31,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from shapelint.capture import RecordingFakeMode, boundary, user_frame_source
 from shapelint.errors import ShapelintError
+from shapelint.files import parse_json, parse_yaml, read_text
 from shapelint.records import Source
 
 #: default token shape for config targets: GPT-2's training shape (8 sequences of 1024)
@@ -253,19 +253,7 @@ def _input_from_spec(spec: Any, where: str) -> torch.Tensor:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ShapelintError(f"{path}: cannot read: {exc.strerror}") from exc
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ShapelintError(f"{path}{line}: YAML syntax error: {problem}") from exc
+    doc = parse_yaml(read_text(path), str(path))
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
@@ -343,21 +331,14 @@ def _int_lines(text: str) -> dict[str, tuple[int, int]]:
 
 
 def _yaml_int_lines(path: Path) -> dict[str, tuple[int, int]]:
-    return _int_lines(path.read_text())
+    return _int_lines(read_text(path))
 
 
 # -- Hugging Face configs -----------------------------------------------------
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ShapelintError(f"{path}: cannot read: {exc.strerror}") from exc
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ShapelintError(f"{path}:{exc.lineno}: JSON syntax error: {exc.msg}") from exc
+    doc = parse_json(read_text(path), str(path))
     if not isinstance(doc, dict):
         raise ShapelintError(f"{path}: expected a JSON object at the top level")
     return doc
@@ -366,7 +347,7 @@ def read_json(path: Path) -> dict[str, Any]:
 def load_hf_config(path: Path, *, batch: int | None = None, seq: int | None = None) -> Loaded:
     doc = read_json(path)
     loaded = _build_hf(doc, str(path), batch=batch, seq=seq)
-    loaded.config_keys = _int_lines(path.read_text())
+    loaded.config_keys = _int_lines(read_text(path))
     loaded.config_file = str(path)
     return loaded
 

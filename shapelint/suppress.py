@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 from shapelint.records import Finding
 
 #: the comment; group "codes" is None for a bare ``# shapelint: ignore``
-PATTERN = re.compile(r"#\s*shapelint\s*:\s*ignore\b(?:\s*\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
+PATTERN = re.compile(r"#\s*shapelint\s*:\s*ignore(?![\w-])(?:\s*\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
 
 ALL = frozenset({"*"})
 

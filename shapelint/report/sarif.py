@@ -2,7 +2,8 @@
 
 One run; ``tool.driver.rules`` lists the rules that ran (from their docstrings),
 each result points at the line the finding names (the layer's constructor, or the
-config key), or at line 1 of the target when it has no line. Paths are relative to
+config key), or at line 1 of the target when it has no line (or its line lies outside
+the repository, e.g. in a library). Paths are relative to
 the repository root (the nearest folder upwards holding ``.git``), else to the
 current directory, with forward slashes.
 
@@ -76,9 +77,15 @@ def target_file(r: Result) -> str:
 
 
 def location(f: Finding, r: Result) -> tuple[str, int]:
+    """(file, line) a finding is reported at: its source line, else line 1 of the
+    target. A source outside the repository (a library's modeling code, for a
+    Hugging Face config whose key could not be located) also falls back to the
+    target, which the repository does hold."""
+    target = target_file(r)
     if f.source is not None and f.source.line >= 1:
-        return f.source.file, f.source.line
-    return target_file(r), 1
+        if relative_path(f.source.file) is not None or relative_path(target) is None:
+            return f.source.file, f.source.line
+    return target, 1
 
 
 # -- rules ----------------------------------------------------------------------
