@@ -88,7 +88,7 @@ def run_rules(rules: Iterable[ModuleType], gemms: Sequence[Gemm], hw: Hardware, 
 
 # -- grouping and locating ------------------------------------------------------
 
-_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
+_INDEX = re.compile(r"(?:(?<=\.)|^)\d+(?=\.|$)")
 
 
 def module_glob(paths: Sequence[str]) -> str:
@@ -139,10 +139,14 @@ CONFIG_SIZE_KEYS = (
 )
 
 
+#: suggestions that change how the model is run, not a size in its config
+NOT_CONFIG_KEYS = frozenset({"batch", "dtype", "memory_format", "attention"})
+
+
 def locate_in_config(f: Finding, config_keys: dict[str, tuple[int, int]], config_file: str) -> Finding:
     """Point a finding at the config key whose value its suggestion changes."""
     s = f.suggestion
-    if s is None or not isinstance(s.from_, int):
+    if s is None or not isinstance(s.from_, int) or s.parameter in NOT_CONFIG_KEYS:
         return f
     keys = [k for k, (v, _) in config_keys.items() if v == s.from_]
     if not keys:

@@ -47,10 +47,11 @@ def _finding(console: Console, f: Finding) -> None:
         extra = ""
         if f.measured_speedup is not None:
             extra = f", measured {f.measured_speedup:.2f}×"
-        console.print(
-            f"      est. {f.est_speedup:.2f}× on these GEMMs ({f.est_ms:.3f} ms → {f.est_ms_after:.3f} ms per step){extra}",
-            highlight=False,
-        )
+        if f.detail("est_speedup_kind") == "throughput":
+            what = "work per second on these GEMMs"
+        else:
+            what = f"on these GEMMs ({f.est_ms:.3f} ms → {f.est_ms_after:.3f} ms per step)"
+        console.print(f"      est. {f.est_speedup:.2f}× {what}{extra}", highlight=False)
     if len(f.modules) > 1:
         console.print(f"      in {len(f.modules)} modules: {f.module}", style="dim", highlight=False)
 

@@ -1,0 +1,99 @@
+"""SL201 memory-bound-gemm: arithmetic intensity against the GPU's ops:byte ratio,
+and the token count that reaches it."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from shapelint.hardware import resolve
+from shapelint.lint import trace
+from shapelint.rule_api import RuleContext
+from shapelint.rules import sl201_memory_bound_gemm as sl201
+
+
+def run(build, gpu: str = "h100", dtype: str = "bf16", training: bool = True):
+    cap, _ = trace(build, precision=dtype, training=training)
+    ctx = RuleContext(precision=dtype, training=training, tokens=cap.tokens)
+    return cap, list(sl201.check(cap.gemms, resolve(gpu), ctx))
+
+
+def test_guide_example_batch_512_is_compute_bound_on_v100() -> None:
+    # NVIDIA "Matrix Multiplication Background": Linear 1024 -> 4096, batch 512, fp16
+    cap, fs = run(lambda: (nn.Linear(1024, 4096), torch.randn(512, 1024)), "v100", "fp16")
+    fwd = next(g for g in cap.gemms if g.phase == "forward")
+    assert (fwd.m, fwd.n, fwd.k) == (512, 4096, 1024)
+    assert round(fwd.intensity) == 315
+    assert round(resolve("v100").ops_per_byte("fp16")) == 139
+    assert fs == []
+
+
+def test_guide_example_batch_1_is_memory_bound() -> None:
+    cap, fs = run(lambda: (nn.Linear(1024, 4096), torch.randn(1, 1024)), "v100", "fp16", training=False)
+    assert len(fs) == 1
+    f = fs[0]
+    assert (f.code, f.module) == ("SL201", "<root>")
+    assert f.suggestion.to_json() == {"parameter": "batch", "from": 1, "to": 168}
+    assert round(f.detail("intensity")) == 1
+    assert round(f.detail("ops_per_byte")) == 139
+    assert f.detail("est_speedup_kind") == "throughput"
+    # 168 is the smallest token count reaching the ridge
+    fwd = cap.gemms[0]
+    ridge = resolve("v100").ops_per_byte("fp16")
+    assert sl201.intensity_at(fwd, 1, 167) < ridge <= sl201.intensity_at(fwd, 1, 168)
+    # the closed form for a Linear: 2·T·in·out / (bytes·(T·in + in·out + T·out))
+    t, i, o = 168, 1024, 4096
+    assert abs(sl201.intensity_at(fwd, 1, t) - 2 * t * i * o / (2 * (t * i + i * o + t * o))) < 1e-9
+    # throughput: the batch-168 time per token, times the current tokens
+    assert abs(f.est_ms_after - f.detail("est_ms_after_batch") / 168) < 1e-12
+    assert f.est_speedup > 100  # reading the 8 MB of weights dominates at batch 1
+
+
+def test_training_covers_every_phase_of_the_token_dimension() -> None:
+    cap, fs = run(lambda: (nn.Linear(1024, 4096), torch.randn(1, 1024)), "v100", "fp16")
+    (f,) = fs
+    assert sorted(f.gemms) == sorted(g.index for g in cap.gemms)
+    assert {cap.gemms[i].phase for i in f.gemms} == {"forward", "grad_weight"}
+    assert f.suggestion.to == 168
+
+
+def test_decode_mlp_on_h100() -> None:
+    model = lambda: (nn.Sequential(nn.Linear(4096, 16384), nn.GELU(), nn.Linear(16384, 4096)),  # noqa: E731
+                     torch.randn(8, 1, 4096))
+    _, fs = run(model, training=False)
+    assert [(f.module, f.suggestion.from_, f.suggestion.to) for f in fs] == [("0", 8, 325), ("2", 8, 325)]
+    hw = resolve("h100")
+    assert abs(fs[0].detail("ops_per_byte") - 989.4e12 / 3350e9) < 1e-6
+    assert fs[0].detail("intensity_after") >= hw.ops_per_byte("bf16") > fs[0].detail("intensity")
+
+
+def test_narrow_layer_never_compute_bound_is_not_reported() -> None:
+    # intensity tends to 2·4096·8 / (2·4104) ≈ 8 FLOP/B whatever the batch
+    _, fs = run(lambda: (nn.Linear(4096, 8), torch.randn(16384, 4096)))
+    assert fs == []
+
+
+def test_negligible_module_is_not_reported() -> None:
+    model = lambda: (nn.Sequential(nn.Linear(1024, 8192), nn.GELU(), nn.Linear(8192, 1024),  # noqa: E731
+                                   nn.AdaptiveAvgPool2d((1, None)), nn.Linear(1024, 1024)),
+                     torch.randn(1, 16384, 1024))
+    cap, fs = run(model, training=False)
+    head = [g for g in cap.gemms if g.module == "4"]
+    assert head and head[0].m == 1 and head[0].intensity < 2  # memory-bound...
+    assert fs == []  # ...but under MIN_STEP_SHARE of the step
+
+
+def test_compute_bound_training_passes() -> None:
+    _, fs = run(lambda: (nn.Linear(4096, 4096), torch.randn(8, 1024, 4096)))
+    assert fs == []
+
+
+def test_matches_the_measured_h200_batch_sweep() -> None:
+    """gemm_truth.json batch_sweep (bf16, 4096 x 4096 weight on an H200): 0.0184 ms at
+    1 token, 0.0228 ms at 256 tokens: 207x the tokens/s."""
+    _, fs = run(lambda: (nn.Linear(4096, 4096, bias=False), torch.randn(1, 4096)), "h200", training=False)
+    (f,) = fs
+    assert f.suggestion.to_json() == {"parameter": "batch", "from": 1, "to": 230}
+    assert round(f.detail("ops_per_byte")) == 206
+    assert abs(f.est_ms - 0.0184) < 0.002  # reading 32 MB of weights
+    assert abs(f.est_speedup - 0.0184 * 256 / 0.0228) / f.est_speedup < 0.05

@@ -1,0 +1,73 @@
+"""SL203 wave-quantization: a partial last wave of tiles over the SMs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import torch.nn as nn
+
+from shapelint.estimate import quantization, resize
+from shapelint.hardware import resolve
+from shapelint.lint import trace
+from shapelint.rule_api import RuleContext
+from shapelint.rules import sl203_wave_quantization as sl203
+
+
+def run(n_in: int, n_out: int, tokens: int, gpu: str, dtype: str = "bf16", **ctx):
+    cap, _ = trace(lambda: (nn.Linear(n_in, n_out), torch.randn(tokens, n_in)), precision=dtype)
+    context = RuleContext(precision=dtype, tokens=cap.tokens, **ctx)
+    return cap, list(sl203.check(cap.gemms, resolve(gpu), context))
+
+
+def test_v100_one_wave_with_idle_sms() -> None:
+    hw = resolve("v100")
+    assert (hw.sms, hw.wave_weight) == (80, 1.0)
+    # 2048 x 512 in 128x128 tiles: 64 tiles on 80 SMs; at 640, 80 tiles fill the wave
+    assert quantization(2048, 512, 1, hw) == (1.0, 0.8, (128, 128))
+    assert quantization(2048, 640, 1, hw) == (1.0, 1.0, (128, 128))
+    cap, fs = run(4096, 512, 2048, "v100", "fp16")
+    (f,) = fs
+    assert (f.code, f.name, f.module) == ("SL203", "wave-quantization", "<root>")
+    assert f.suggestion.to_json() == {"parameter": "out_features", "from": 512, "to": 640}
+    assert sorted(f.gemms) == [g.index for g in cap.gemms]
+    assert 0.14 < f.detail("waste") < 0.16
+    assert f.detail("est_speedup_kind") == "throughput"
+    assert 1.15 < f.est_speedup < 1.2
+    assert "80 SMs" in f.message
+
+
+def test_t4() -> None:
+    _, fs = run(4096, 512, 1024, "t4", "fp16")
+    assert [f.suggestion.to_json() for f in fs] == [{"parameter": "out_features", "from": 512, "to": 640}]
+
+
+def test_full_waves_pass() -> None:
+    assert run(4096, 640, 2048, "v100", "fp16")[1] == []
+
+
+def test_hopper_wave_sweep_stays_quiet() -> None:
+    """shared/data/gemm_truth.json, rows tagged wave_sweep: 4096 x N x 4096 bf16 on an
+    H200 runs 613-721 TFLOP/s for every N from 1024 to 4096: no wave cliff to report."""
+    cap, _ = trace(lambda: (nn.Linear(4096, 1024), torch.randn(4096, 4096)))
+    for gpu in ("h100", "h200"):
+        hw = resolve(gpu)
+        for n in range(1024, 4096 + 1, 128):
+            gemms = [replace(resize(g, 1024, n), module_params=(("in_features", 4096), ("out_features", n)))
+                     for g in cap.gemms]
+            assert (gemms[0].m, gemms[0].n, gemms[0].k) == (4096, n, 4096)
+            assert 1 - quantization(4096, n, 1, hw)[1] < 0.03
+            assert list(sl203.check(gemms, hw, RuleContext(tokens=4096))) == [], (gpu, n)
+
+
+def test_size_equal_to_token_count_is_skipped() -> None:
+    # out_features = tokens = 1024: resizing one would resize the other
+    _, fs = run(4096, 1024, 1024, "v100", "fp16")
+    assert all(f.suggestion.from_ != 1024 for f in fs)
+    # with 768 tokens, out_features = 1024 is flagged
+    _, fs = run(4096, 1024, 768, "v100", "fp16")
+    assert [(f.suggestion.parameter, f.suggestion.from_) for f in fs] == [("out_features", 1024)]
+
+
+def test_threshold_is_the_context_min_loss() -> None:
+    assert run(4096, 512, 2048, "v100", "fp16", min_loss=0.2)[1] == []
