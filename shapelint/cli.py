@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-other-files", action="store_true",
                    help="skip given files that are not targets (Python files without shapelint_model, "
                         "JSON without model_type, YAML without model:), as the pre-commit hook does")
+    p.add_argument("--verify", action="store_true",
+                   help="on a CUDA GPU: time each finding's GEMMs before and after its suggestion "
+                        "(findings measured below the reporting threshold are marked not confirmed)")
     p.add_argument("--dump-graph", metavar="FILE", help="write the joint forward+backward FX graph's code")
     p.add_argument("--list-rules", action="store_true", help="list the rules and exit")
     p.add_argument("--verbose", "-v", action="store_true", help="add the full GEMM table")
@@ -118,10 +121,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def calibrate_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="shapelint calibrate",
+                description="Measure the local CUDA GPU (GEMM peaks per dtype, copy bandwidth, misalignment "
+                            "penalties, a wave sweep) and write a GPU profile for --gpu-profile.")
+    p.add_argument("--output", "-o", metavar="FILE", default="gpu-profile.yaml",
+                   help="where to write the profile (default gpu-profile.yaml)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
+        if argv[:1] == ["calibrate"]:
+            return _calibrate(argv[1:])
         return _run(argv)
     except ShapelintError as exc:
         if debug:
@@ -185,6 +200,8 @@ def _run(argv: list[str]) -> int:
         r = lint_target(path, opts, hw, rules)
         findings = [f for f in r.findings if not module_ignored(f, cfg.per_module_ignores)]
         results.append(with_findings(r, suppress.apply(findings, reader)))
+    if args.verify:
+        results = _verify(results, args)
     _write(results, args, fmt, rules)
     if args.statistics:
         from shapelint.report import text
@@ -195,9 +212,54 @@ def _run(argv: list[str]) -> int:
         from shapelint.report import plot
 
         plot.render(results, args.plot)
-    count = sum(1 for r in results for f in r.findings if not f.suppressed)
+    from shapelint.verify import confirmed
+
+    count = sum(1 for r in results for f in r.findings if not f.suppressed and confirmed(f))
     exit_zero = args.exit_zero if args.exit_zero is not None else bool(cfg.exit_zero)
     return 1 if count and not exit_zero else 0
+
+
+def _calibrate(argv: list[str]) -> int:
+    args = calibrate_parser().parse_args(argv)
+    from shapelint import calibrate
+
+    hw = calibrate.run(args.output)
+    print(f"wrote {args.output}: {hw.name}, bf16 {hw.peak_tflops('bf16'):.0f} TFLOP/s, "
+          f"{hw.bandwidth / 1e12:.2f} TB/s (use it with --gpu-profile {args.output})")
+    return 0
+
+
+def _verify(results: list, args: argparse.Namespace) -> list:
+    """--verify: measure each finding on the local GPU; findings measured below the
+    reporting threshold are marked not confirmed (and do not fail the run)."""
+    import torch
+    from rich.progress import Progress
+
+    from shapelint import verify
+    from shapelint.lint import with_findings
+
+    if not torch.cuda.is_available():
+        raise ShapelintError("--verify needs a CUDA GPU (torch.cuda.is_available() is False)")
+    out = []
+    with Progress(console=_stderr_console(), transient=True) as progress:
+        for r in results:
+            task = progress.add_task(f"verifying {r.target}", total=len(r.findings))
+
+            def step(indices, task=task):  # type: ignore[no-untyped-def]
+                for i in indices:
+                    yield i
+                    progress.advance(task)
+
+            threshold = max(r.min_speedup, 1.0)
+            checked = verify.verify(r.findings, r.capture.gemms, r.hardware, threshold, progress=step)
+            out.append(with_findings(r, checked))
+    return out
+
+
+def _stderr_console():  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def _options(args: argparse.Namespace, cfg: Config, own: set[str]) -> Options:

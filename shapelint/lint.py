@@ -48,6 +48,8 @@ class Result:
     hardware: Hardware
     config_file: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: the reporting threshold this result was produced with (--verify confirms against it)
+    min_speedup: float = 1.05
 
 
 def resolve_precision(opts: Options, loaded: Loaded) -> str:
@@ -100,7 +102,8 @@ def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[
     findings = [f for f in findings if f.est_speedup is None or f.est_speedup >= opts.min_speedup]
     findings.sort(key=lambda f: -((f.est_ms or 0) - (f.est_ms_after or 0)))
     step = step_estimate(cap.gemms, findings, hw)
-    return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file)
+    return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file,
+                  min_speedup=opts.min_speedup)
 
 
 def with_findings(result: Result, findings: list[Finding]) -> Result:

@@ -120,11 +120,47 @@ def fake_construction(defined_at: dict[int, Source]) -> Iterator[FakeTensorMode]
 
     mode = RecordingFakeMode()
     handle = module_mod.register_module_module_registration_hook(on_register)
+    apply = torch.nn.Module._apply
+    torch.nn.Module._apply = _fake_apply  # type: ignore[method-assign]
     try:
         with mode, torch.device("cpu"):
             yield mode
     finally:
+        torch.nn.Module._apply = apply  # type: ignore[method-assign]
         handle.remove()
+
+
+_APPLY_MEMO: list[dict[int, tuple[torch.Tensor, torch.nn.Parameter]]] = []
+
+
+def _fake_apply(self: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
+                ) -> torch.nn.Module:
+    """``Module._apply`` for fake parameters (``model.to(memory_format=...)``,
+    ``.half()``...): torch swaps fake parameters in place, which fails while the fake
+    mode's converter holds weak references to them; replace them instead, keeping
+    tied parameters tied."""
+    top = not _APPLY_MEMO
+    if top:
+        _APPLY_MEMO.append({})
+    memo = _APPLY_MEMO[0]
+    try:
+        if recurse:
+            for child in self.children():
+                child._apply(fn)
+        for key, p in self._parameters.items():
+            if p is None:
+                continue
+            if id(p) not in memo:
+                with torch.no_grad():
+                    memo[id(p)] = (p, torch.nn.Parameter(fn(p), requires_grad=p.requires_grad))
+            self._parameters[key] = memo[id(p)][1]
+        for key, b in self._buffers.items():
+            if b is not None:
+                self._buffers[key] = fn(b)
+        return self
+    finally:
+        if top:
+            _APPLY_MEMO.clear()
 
 
 @boundary

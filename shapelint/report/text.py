@@ -52,6 +52,16 @@ def _finding(console: Console, f: Finding) -> None:
         else:
             what = f"on these GEMMs ({f.est_ms:.3f} ms → {f.est_ms_after:.3f} ms per step)"
         console.print(f"      est. {f.est_speedup:.2f}× {what}{extra}", highlight=False)
+    v = f.detail("verify")
+    if isinstance(v, dict) and v.get("status") != "not run":
+        fractions = [(g["before_peak_fraction"], g["after_peak_fraction"]) for g in v.get("gemms", [])
+                     if g.get("before_peak_fraction") is not None and g.get("after_peak_fraction") is not None]
+        peak = "; % of peak before → after: " + ", ".join(f"{100 * b:.0f}→{100 * a:.0f}" for b, a in fractions) \
+            if fractions else ""
+        style = "green" if v["status"] == "confirmed" else "yellow"
+        console.print(Text.assemble("      ", (v["status"], style),
+                                    f": {v['before_ms']:.3f} ms → {v['after_ms']:.3f} ms measured{peak}"),
+                      highlight=False)
     if len(f.modules) > 1:
         console.print(f"      in {len(f.modules)} modules: {f.module}", style="dim", highlight=False)
 
