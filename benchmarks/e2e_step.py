@@ -64,8 +64,6 @@ def step_ms(vocab_padded: int, steps: int, batch: int, seq: int, vocab: int = 50
         e.record()
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e))
-    del model, opt
-    torch.cuda.empty_cache()
     return times
 
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Iterable, Sequence
 
-from shapelint.estimate import NEAR_BEST, best_size, gemm_alignment, gemm_time, resize
+from shapelint.estimate import best_size, gemm_alignment, gemm_time, resize
 from shapelint.hardware import Hardware
 from shapelint.records import Finding, Gemm, Suggestion
 from shapelint.rule_api import Example, RuleContext, by_module, make_finding

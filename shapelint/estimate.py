@@ -9,15 +9,19 @@ The model, per GEMM (all numbers from the profile):
 - ``peak(dtype)``: the rate a large aligned GEMM reaches (measured or datasheet x
   achievable) times ``gemm_efficiency`` (typical model shapes); fp32 without TF32
   uses the CUDA-core rate, fused attention GEMMs ``attention_efficiency`` of it.
-- ``alignment``: the calibrated efficiency for the worst-aligned operand (pointer,
-  leading dimension, batch stride) of a tensor-core GEMM; 1 when all are 16-byte
-  aligned and for GEMMs off the tensor cores.
+- ``alignment``: the calibrated efficiency for the worst-aligned input and for the
+  output (pointer, leading dimension, batch stride) of a tensor-core GEMM (cuBLAS);
+  separate calibrated factors for convolutions (cuDNN) and fused attention; 1 when
+  all are 16-byte aligned and for GEMMs off the tensor cores.
 - ``tile``: useful fraction of the output tiles; ``wave``: useful fraction of the
   last wave of tiles over the SMs, weighted by how much of it cuBLAS still pays on
   this architecture (stream-K hides most of it on Hopper). cuBLAS is taken to pick
   the best tile of the profile's list.
-- ``copies``: an operand that needs a contiguous copy first (neither stride is 1,
-  or an NCHW activation for an implicit-GEMM convolution) costs a read and a write.
+- ``copies``: an operand that needs a contiguous copy first (neither stride is 1)
+  costs a read and a write at ``memory_efficiency``; an NCHW operand of a tensor-core
+  convolution one transpose per kernel (read and write) at ``conv_transpose_efficiency``
+  of the copy bandwidth. A convolution with misaligned channels runs at
+  ``conv_misaligned_efficiency`` of the aligned kernel's pace, memory-bound or not.
 """
 
 from __future__ import annotations
@@ -92,6 +96,12 @@ def _rate(g: Gemm, hw: Hardware) -> tuple[float, float]:
     if not hw.uses_tensor_cores(g.dtype):
         return peak, 1.0
     peak *= hw.gemm_efficiency
+    if gemm_alignment(g, hw) >= hw.alignment_bytes:
+        return peak, 1.0
+    if g.role == "conv":  # cuDNN's fallback convolution kernels
+        return peak, hw.conv_misaligned_efficiency.get(g.dtype_bytes, 1.0)
+    if g.role in ("attn_scores", "attn_values"):  # the fused attention kernels pad the head
+        return peak, hw.attention_misaligned_efficiency
     return peak, alignment_efficiency(g, hw)
 
 
@@ -101,9 +111,21 @@ def gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
     compute = g.flops / (peak * align * tile * wave)
     bw = hw.bandwidth * hw.memory_efficiency
     memory = g.min_bytes / bw
-    copies = sum(2 * op.rows * op.cols * g.batch * g.dtype_bytes for op in (g.a, g.b, g.out) if op.copied) / bw
+    if g.role == "conv":
+        # cuDNN's kernels for misaligned channels load narrower vectors: slower on both roofs
+        memory /= align
+        copies = conv_copy_bytes(g) / (hw.bandwidth * hw.conv_transpose_efficiency)
+    else:
+        copies = sum(2 * op.rows * op.cols * g.batch * g.dtype_bytes for op in (g.a, g.b, g.out) if op.copied) / bw
     seconds = max(compute, memory, hw.min_gemm_us * 1e-6) + copies
     return GemmTime(seconds, compute, memory, align, tile, wave)
+
+
+def conv_copy_bytes(g: Gemm) -> int:
+    """Bytes read and written by the NCHW <-> NHWC transposes of a convolution GEMM:
+    each NCHW operand (``copied``: over the groups, ``batch``, the whole tensor) once
+    per kernel."""
+    return sum(2 * op.rows * op.cols * g.batch * g.dtype_bytes for op in (g.a, g.b, g.out) if op.copied)
 
 
 def total_ms(gemms: Iterable[Gemm], hw: Hardware) -> float:

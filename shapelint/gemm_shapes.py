@@ -141,59 +141,86 @@ def _conv_extra(x: Any, w: Any, args: Sequence[Any], transposed: bool, groups: i
     )
 
 
-def _conv(x: Any, w: Any, out: Any, transposed: bool, groups: int) -> list[GemmShape]:
-    """Convolution as the implicit GEMM that im2col lowering runs (per group)."""
-    out_t = _first(out)
-    batch_n = int(x.shape[0])
+def _footprint(t: Any, groups: int = 1) -> Operand:
+    """An activation (or its gradient) as it lies in memory: N·H·W rows of C channels;
+    with groups, each group's GEMM reads its C/g of them (ld C, the groups C/g apart),
+    so that over the groups (the GEMM's batch) the tensor counts once."""
+    rows = int(t.shape[0]) * math.prod(int(s) for s in t.shape[2:])
+    whole = _channels_matrix(t, rows, int(t.shape[1]))
+    if groups == 1:
+        return whole
+    c_g = whole.cols // groups
+    return replace(whole, cols=c_g, batch_stride=c_g)
+
+
+# Every convolution GEMM multiplies a "P" channel count by the kernel size R·S and takes
+# a "Q" channel count as is (per group g): P = in_channels, Q = out_channels for a
+# convolution; a transposed convolution is the input gradient of the convolution with
+# P = its out_channels, Q = its in_channels (weight [Q, P/g, R, S] either way), so its
+# forward runs the "dgrad" GEMM and its input gradient the "fwd" one:
+#   fwd    m = rows of the Q side, n = Q/g,      k = P/g·R·S   reads P-side, writes Q-side
+#   dgrad  m = rows of the Q side, n = P/g·R·S,  k = Q/g       reads Q-side, writes P-side
+#   wgrad  m = Q/g,  n = P/g·R·S,  k = rows of the Q side      reads Q-sideᵀ and P-side
+# The operands are what lies in memory (implicit GEMM): the activations and gradients
+# as N·H·W x C matrices (``copied`` when NCHW), never the R·S-times larger im2col columns;
+# with groups (the GEMM's batch) each group's C/g channels of them, ld C.
+
+
+def _fwd_gemm(op: str, p_act: Any, q_act: Any, w: Any, groups: int) -> GemmShape:
+    """out (Q side) = im2col(P side) @ Wᵀ: m = N·H·W of the Q side, n = Q/g, k = P/g·R·S."""
+    q_fp = _footprint(q_act, groups)
     kernel = math.prod(int(s) for s in w.shape[2:])
-    if not transposed:
-        c_out, c_in_g = int(w.shape[0]), int(w.shape[1])
-        m = batch_n * math.prod(int(s) for s in out_t.shape[2:])
-        n, k = c_out // groups, c_in_g * kernel
-        a = _channels_matrix(x, m, c_in_g * groups)
-        c = _channels_matrix(out_t, m, c_out)
-    else:
-        c_in, c_out_g = int(w.shape[0]), int(w.shape[1])
-        m = batch_n * math.prod(int(s) for s in x.shape[2:])
-        n, k = c_out_g * kernel, c_in // groups
-        a = _channels_matrix(x, m, c_in)
-        c = _channels_matrix(out_t, m, c_out_g * groups)
-    b = Operand(k, n, k, transposed=True)  # weight is [C_out, C_in·R·S]: B = Wᵀ
-    return [GemmShape("convolution", m, n, k, groups, a, b, c, role="conv")]
+    k = int(p_act.shape[1]) // groups * kernel
+    # the weight [Q, P/g·R·S] (row-major, either kind of convolution) is B = Wᵀ
+    b = Operand(k, q_fp.cols, k, transposed=True, batch_stride=k * q_fp.cols if groups > 1 else 0)
+    return GemmShape(op, q_fp.rows, q_fp.cols, k, groups, _footprint(p_act, groups), b, q_fp, role="conv")
+
+
+def _dgrad_gemm(op: str, q_act: Any, p_act: Any, w: Any, groups: int) -> GemmShape:
+    """P-side columns = Q side @ W [Q/g, P/g·R·S], folded (col2im) into the P-side tensor."""
+    q_fp = _footprint(q_act, groups)
+    kernel = math.prod(int(s) for s in w.shape[2:])
+    n = int(p_act.shape[1]) // groups * kernel
+    b = Operand(q_fp.cols, n, n, batch_stride=q_fp.cols * n if groups > 1 else 0)
+    return GemmShape(op, q_fp.rows, n, q_fp.cols, groups, q_fp, b, _footprint(p_act, groups), role="conv")
+
+
+def _wgrad_gemm(op: str, q_act: Any, p_act: Any, w: Any, groups: int) -> GemmShape:
+    """W [Q/g, P/g·R·S] = Q sideᵀ [Q/g, rows] @ columns [rows, P/g·R·S], the columns read from the P side."""
+    q_fp = _footprint(q_act, groups)
+    kernel = math.prod(int(s) for s in w.shape[2:])
+    n = int(p_act.shape[1]) // groups * kernel
+    a = Operand(q_fp.cols, q_fp.rows, q_fp.ld, True, q_fp.copied, batch_stride=q_fp.batch_stride)
+    return GemmShape(op, q_fp.cols, n, q_fp.rows, groups, a, _footprint(p_act, groups),
+                     _dense(q_fp.cols, n, groups > 1), role="conv")
+
+
+def _conv(x: Any, w: Any, out: Any, transposed: bool, groups: int) -> list[GemmShape]:
+    """Convolution as the implicit GEMM that im2col lowering runs (per group); a
+    transposed convolution runs the input-gradient GEMM of the convolution it inverts."""
+    y = _first(out)
+    if transposed:
+        return [_dgrad_gemm("convolution", x, y, w, groups)]
+    return [_fwd_gemm("convolution", x, y, w, groups)]
 
 
 def _conv_backward(grad: Any, x: Any, w: Any, transposed: bool, groups: int, mask: Sequence[bool]) -> list[GemmShape]:
-    """dgrad and wgrad of a convolution, as im2col GEMMs (FLOPs match
-    ``torch.utils.flop_counter``'s ``conv_backward_flop`` for groups = 1)."""
-    kernel = math.prod(int(s) for s in w.shape[2:])
-    if not transposed:
-        c_out, c_in = int(w.shape[0]) // groups, int(w.shape[1])
-        rows = int(grad.shape[0]) * math.prod(int(s) for s in grad.shape[2:])
-        g_mat = _channels_matrix(grad, rows, c_out * groups)
-        x_mat = _channels_matrix(x, rows, c_in * groups)
-    else:
-        c_in, c_out = int(w.shape[0]) // groups, int(w.shape[1])
-        rows = int(x.shape[0]) * math.prod(int(s) for s in x.shape[2:])
-        g_mat = _channels_matrix(grad, rows, c_out * groups)
-        x_mat = _channels_matrix(x, rows, c_in * groups)
-        c_in, c_out = c_out, c_in  # the roles of the channel counts swap
-        g_mat, x_mat = x_mat, g_mat
+    """dgrad and wgrad of a convolution, as implicit GEMMs (FLOPs match
+    ``torch.utils.flop_counter``'s ``conv_backward_flop`` for groups = 1). The
+    operands are what lies in memory: implicit-GEMM kernels read x and dy and write
+    dx as they are, never the R·S-times larger column matrix. Of a transposed
+    convolution (x is its Q side, dy its P side) the input gradient is a plain
+    convolution of dy, the weight gradient the same GEMM with x and dy swapped."""
+    q_side, p_side = (x, grad) if transposed else (grad, x)
     shapes = []
     if mask[0]:
-        # grad columns [rows, C_in·R·S] = grad_out [rows, C_out] @ W [C_out, C_in·R·S]
-        shapes.append(
-            GemmShape("convolution_backward", rows, c_in * kernel, c_out, groups, g_mat,
-                      Operand(c_out, c_in * kernel, c_in * kernel), _dense(rows, c_in * kernel),
-                      part="grad_input", role="conv")
-        )
+        if transposed:
+            g = _fwd_gemm("convolution_backward", grad, x, w, groups)
+        else:
+            g = _dgrad_gemm("convolution_backward", grad, x, w, groups)
+        shapes.append(replace(g, part="grad_input"))
     if mask[1]:
-        # grad W [C_out, C_in·R·S] = grad_outᵀ [C_out, rows] @ columns [rows, C_in·R·S]
-        a = Operand(c_out, rows, g_mat.ld, transposed=True, copied=g_mat.copied)
-        shapes.append(
-            GemmShape("convolution_backward", c_out, c_in * kernel, rows, groups, a,
-                      Operand(rows, c_in * kernel, c_in * kernel), _dense(c_out, c_in * kernel),
-                      part="grad_weight", role="conv")
-        )
+        shapes.append(replace(_wgrad_gemm("convolution_backward", q_side, p_side, w, groups), part="grad_weight"))
     return shapes
 
 

@@ -42,6 +42,11 @@ class Hardware:
     #: N-byte aligned, per element size: {element_bytes: {aligned_bytes: efficiency}}
     misaligned_efficiency: dict[int, dict[int, float]] = field(default_factory=dict)
     misaligned_output_efficiency: dict[int, dict[int, float]] = field(default_factory=dict)
+    conv_misaligned_efficiency: dict[int, float] = field(default_factory=dict)
+    attention_misaligned_efficiency: float = 0.44
+    #: fraction of the copy bandwidth cuDNN's NCHW <-> NHWC transposes of a convolution's
+    #: operands reach (each transpose reads and writes the tensor once)
+    conv_transpose_efficiency: float = 0.8
     memory_efficiency: float = 0.5
     min_gemm_us: float = 5.0
     attention_efficiency: float = 0.5
@@ -133,6 +138,11 @@ def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware
             measured=dict(doc.get("measured") or {}),
             misaligned_efficiency=table("misaligned_efficiency"),
             misaligned_output_efficiency=table("misaligned_output_efficiency"),
+            conv_misaligned_efficiency={int(b): float(e) for b, e in
+                                        (doc.get("conv_misaligned_efficiency") or arch["conv_misaligned_efficiency"]).items()},
+            attention_misaligned_efficiency=float(doc.get("attention_misaligned_efficiency",
+                                                          arch["attention_misaligned_efficiency"])),
+            conv_transpose_efficiency=float(doc.get("conv_transpose_efficiency", arch["conv_transpose_efficiency"])),
             memory_efficiency=float(doc.get("memory_efficiency", arch["memory_efficiency"])),
             min_gemm_us=float(doc.get("min_gemm_us", arch["min_gemm_us"])),
             attention_efficiency=float(doc.get("attention_efficiency", arch["attention_efficiency"])),

@@ -1,0 +1,75 @@
+"""Estimated vs measured speedup of every rule's BAD examples (the snippets each
+rule module carries), on the local CUDA GPU. Needs a CUDA GPU.
+
+    python benchmarks/verify_rule_examples.py [--out DIR]
+
+Prints a table and writes rule_examples_<gpu>.json / .md to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from shapelint.engine import builtin_rules
+from shapelint.hardware import default_gpu, resolve
+from shapelint.lint import trace, vocab_sizes
+from shapelint.rule_api import RuleContext
+from shapelint.verify import verify
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = ap.parse_args()
+    local = default_gpu()
+    rows = []
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    for rule in builtin_rules():
+        for i, ex in enumerate(rule.BAD):
+            hw = resolve(ex.gpu)
+            if hw.arch != local.arch:
+                hw = local  # estimate for the GPU we measure on
+            scope = {"torch": torch, "nn": nn, "F": F, "_rule": rule}
+            cap, model = trace(lambda: (eval(ex.model, scope), eval(ex.inputs, scope)),  # noqa: S307
+                               precision=ex.dtype, training=ex.training)
+            ctx = RuleContext(precision=ex.dtype, training=ex.training, tokens=cap.tokens,
+                              vocab_sizes=vocab_sizes(model))
+            findings = [f for f in rule.check(cap.gemms, hw, ctx) if f.code == rule.CODE]
+            for f in verify(findings, cap.gemms, hw, 1.05):
+                v = f.detail("verify") or {}
+                rows.append({"code": rule.CODE, "example": i, "model": ex.model, "dtype": ex.dtype,
+                             "suggestion": f.suggestion.to_json() if f.suggestion else None,
+                             "est_speedup": f.est_speedup, "measured_speedup": f.measured_speedup,
+                             "kind": f.detail("est_speedup_kind", "time"), "status": v.get("status")})
+                m = f.measured_speedup
+                print(f"{rule.CODE} BAD{i} {ex.dtype:5} est {f.est_speedup or 0:6.2f}x  measured "
+                      f"{(m or 0):6.2f}x  {ex.model[:70]}", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+           "rows": rows}
+    (out / f"rule_examples_{local.key}.json").write_text(json.dumps(doc, indent=1))
+    lines = [f"Device: {doc['device']}, torch {doc['torch']}, {doc['date']}", "",
+             "| rule | example | dtype | suggestion | est. | measured | est/measured |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        s = r["suggestion"]
+        sug = f"{s['parameter']} {s['from']} → {s['to']}" if s else ""
+        m = r["measured_speedup"]
+        ratio = f"{r['est_speedup'] / m:.2f}" if m else "n/a"
+        lines.append(f"| {r['code']} | `{r['model'][:60]}` | {r['dtype']} | {sug} | {r['est_speedup']:.2f}× | "
+                     f"{'n/a' if m is None else f'{m:.2f}×'} | {ratio} |")
+    (out / f"rule_examples_{local.key}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

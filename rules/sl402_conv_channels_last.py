@@ -1,0 +1,131 @@
+"""Convolutions run on NCHW tensors, which the tensor cores cannot read directly.
+
+## What it does
+Finds the convolutions of the step (forward, grad-input, grad-weight) whose
+activations are in PyTorch's default NCHW layout (``torch.contiguous_format``)
+while their GEMMs run on the tensor cores (bf16, fp16, tf32). cuDNN's tensor-core
+kernels work on NHWC (channels-last) data, so each kernel (forward, grad-input,
+grad-weight) transposes the NCHW activations and gradients it reads or writes. The
+estimate charges each such transpose a read and a write of the tensor at the
+profile's ``conv_transpose_efficiency`` of the copy bandwidth, and drops them
+after the fix (``model.to(memory_format=torch.channels_last)`` and channels-last
+inputs). It reports one finding for the model (the fix is one line), covering
+every such convolution.
+
+Convolutions whose channel counts are not 16-byte multiples are left to SL401:
+there channels-last alone was measured to gain nothing (below); pad first. A
+stem's few input channels (``in_channels <= 4``) do not count as misaligned
+(SL401's exception): a channels-last stem was measured faster. Depthwise
+convolutions (one channel per group) run no tensor-core GEMM and are skipped.
+
+## Why is this bad?
+Every transpose reads and writes the whole activation. Measured on an H200
+(torch 2.11, bf16, batch 64, forward + backward, GPU kernel time):
+``Conv2d(64, 64, 3)`` at 56x56 takes 0.368 ms in NCHW against 0.239 ms
+channels-last (1.54x); ``Conv2d(128, 128, 3)`` at 28x28 0.225 ms against 0.182 ms
+(1.23x); a 3-channel stem ``Conv2d(3, 64, 3, stride=2)`` at 224x224 0.805 ms
+against 0.654 ms (1.23x). With misaligned channels (the example ConvNet's 30, 60,
+100) the whole step takes 0.447 ms either way; padded to 32, 64, 104 it takes
+0.382 ms in NCHW and 0.300 ms channels-last. Later H100/H200 runs of the examples
+below: 2.18x, 2.03x and 1.48x, estimated 2.09x, 1.90x and 1.56x (H200 profile).
+The transposes above cost what the estimate charges (0.56-0.84 of the copy
+bandwidth; ``conv_transpose_efficiency`` 0.8), but the estimate puts these
+convolutions' kernels near the roofline, up to 3x (a 3-channel stem 10x) faster
+than cuDNN ran them in those first runs, so there it overstates the gain: 2.09x,
+1.68x and 1.68x estimated against the 1.54x, 1.23x and 1.23x measured.
+
+## Example
+```python
+model = ResNet50().cuda()
+out = model(images)  # images: [N, 3, H, W], contiguous
+```
+
+## Use instead
+```python
+model = ResNet50().cuda().to(memory_format=torch.channels_last)
+out = model(images.to(memory_format=torch.channels_last))
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable, Sequence
+
+from shapelint.estimate import conv_copy_bytes
+from shapelint.hardware import Hardware
+from shapelint.records import Finding, Gemm, Suggestion
+from shapelint.rule_api import Example, RuleContext, make_finding
+from shapelint.rules.sl401_conv_channels import ConvCall, conv_calls, misaligned_channels
+
+CODE = "SL402"
+NAME = "conv-channels-last"
+SEVERITY = "warning"
+
+#: modules named in the message (the rest are counted)
+MODULES_SHOWN = 3
+
+BAD = [
+    # measured 2.18x
+    Example("nn.Conv2d(64, 64, 3, padding=1)", "torch.randn(64, 64, 56, 56).requires_grad_()",
+            expect={"parameter": "memory_format", "from": "contiguous", "to": "channels_last"}, min_speedup=1.2),
+    # a ResNet-style stem: its 3 input channels are SL401's exception, its output aligned; measured 2.03x
+    Example("nn.Sequential(nn.Conv2d(3, 64, 7, stride=2, padding=3), nn.ReLU(), nn.Conv2d(64, 128, 3, padding=1))",
+            "torch.randn(32, 3, 224, 224)", dtype="fp16",
+            expect={"parameter": "memory_format", "to": "channels_last"}, min_speedup=1.2),
+    # measured 1.48x
+    Example("nn.Conv2d(128, 128, 3, padding=1)", "torch.randn(64, 128, 28, 28)", dtype="tf32",
+            expect={"to": "channels_last"}, min_speedup=1.1),
+]
+GOOD = [
+    Example("nn.Conv2d(64, 64, 3, padding=1)",
+            "torch.randn(64, 64, 56, 56).to(memory_format=torch.channels_last).requires_grad_()"),
+    # plain fp32 runs on the CUDA cores, which take NCHW as it is
+    Example("nn.Conv2d(64, 64, 3, padding=1)", "torch.randn(64, 64, 56, 56)", dtype="fp32"),
+    # misaligned channels: pad first (SL401); channels-last alone does not help them
+    Example("nn.Conv2d(30, 60, 3, padding=1)", "torch.randn(64, 30, 56, 56)"),
+    # depthwise: no tensor-core GEMM to feed
+    Example("nn.Conv2d(64, 64, 3, padding=1, groups=64)", "torch.randn(64, 64, 56, 56)"),
+    Example("nn.Linear(1024, 4096)", "torch.randn(4096, 1024)"),
+]
+
+
+def channels_last(g: Gemm) -> Gemm:
+    """``g`` with its activations in NHWC: no transposing copies."""
+    extra = tuple((k, True if k == "channels_last" else v) for k, v in g.extra)
+    return replace(g, a=replace(g.a, copied=False), b=replace(g.b, copied=False),
+                   out=replace(g.out, copied=False), extra=extra)
+
+
+def _nchw(members: Sequence[Gemm]) -> bool:
+    return any(op.copied for g in members for op in (g.a, g.b, g.out))
+
+
+def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Finding]:
+    flagged: list[tuple[ConvCall, list[Gemm]]] = []
+    for call, members in conv_calls(gemms):
+        g = members[0]
+        if not hardware.uses_tensor_cores(g.dtype) or not _nchw(members):
+            continue
+        if call.in_channels // call.groups == 1 or call.out_channels // call.groups == 1:
+            continue  # depthwise: no tensor-core GEMM (PyTorch's own kernels take NCHW)
+        if misaligned_channels(call, hardware.align_elems(g.dtype_bytes)):
+            continue  # SL401: pad first
+        flagged.append((call, members))
+    if not flagged:
+        return
+    covered = [g for _, members in flagged for g in members]
+    modules = list(dict.fromkeys(call.module for call, _ in flagged))
+    shown = ", ".join(modules[:MODULES_SHOWN]) + (f" and {len(modules) - MODULES_SHOWN} more"
+                                                  if len(modules) > MODULES_SHOWN else "")
+    copied = sum(conv_copy_bytes(g) for g in covered)
+    f = make_finding(
+        CODE, NAME, SEVERITY, covered, channels_last, hardware,
+        f"{len(modules)} convolution{'s' if len(modules) > 1 else ''} ({shown}) run on NCHW tensors: cuDNN "
+        f"transposes their activations to NHWC for the tensor cores on every call; convert the model and "
+        f"its inputs with .to(memory_format=torch.channels_last)",
+        Suggestion("memory_format", "contiguous", "channels_last"),
+        {"modules": modules, "copy_bytes": copied},
+    )
+    if f.est_speedup is not None and 1 - 1 / f.est_speedup >= context.min_loss:
+        yield f
