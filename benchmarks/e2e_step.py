@@ -37,7 +37,8 @@ def load_example():
     return mod
 
 
-def step_ms(vocab_padded: int, steps: int, batch: int, seq: int, vocab: int = 50257) -> list[float]:
+def step_ms(vocab_padded: int, steps: int, batch: int, seq: int, vocab: int = 50257,
+            profile: Path | None = None) -> list[float]:
     ng = load_example()
     torch.manual_seed(0)
     model = ng.GPT(ng.GPTConfig(vocab_size=vocab_padded)).cuda()
@@ -64,6 +65,15 @@ def step_ms(vocab_padded: int, steps: int, batch: int, seq: int, vocab: int = 50
         e.record()
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e))
+    if profile is not None:  # where the step's time goes, kernel by kernel
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as torch_profile
+
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+        profile.write_text(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25))
     return times
 
 
@@ -74,14 +84,19 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--gpu")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--profile", action="store_true", help="also write the top CUDA kernels of 3 steps")
     args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     hw = resolve(args.gpu) if args.gpu else default_gpu()
     result = lint_target(ROOT / "examples" / "nanogpt.py", Options(batch=args.batch, seq=args.seq), hw, builtin_rules())
     vocab_fix = next(f for f in result.findings if f.code == "SL501")
     to = int(vocab_fix.suggestion.to)
     saved_ms = vocab_fix.est_ms - vocab_fix.est_ms_after  # the only change this benchmark applies
-    before = step_ms(50257, args.steps, args.batch, args.seq)
-    after = step_ms(to, args.steps, args.batch, args.seq)
+    before = step_ms(50257, args.steps, args.batch, args.seq,
+                     profile=out / "e2e_profile_before.txt" if args.profile else None)
+    after = step_ms(to, args.steps, args.batch, args.seq,
+                    profile=out / "e2e_profile_after.txt" if args.profile else None)
     mb, ma = statistics.median(before), statistics.median(after)
     predicted_after = mb - saved_ms
     doc = {
@@ -95,8 +110,6 @@ def main() -> None:
         "prediction_error": abs((mb / predicted_after) / (mb / ma) - 1),
         "step_spread_ms": [min(before), max(before), min(after), max(after)],
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / f"e2e_step_{hw.key}.json").write_text(json.dumps(doc, indent=1))
     print(json.dumps(doc, indent=1))
 

@@ -66,12 +66,16 @@ def gemm_alignment(g: Gemm, hw: Hardware) -> int:
 
 
 def alignment_efficiency(g: Gemm, hw: Hardware) -> float:
-    """The calibrated rate fraction for this GEMM's worst input and its output."""
+    """The calibrated rate fraction of a misaligned GEMM. cuBLAS picks its kernel by
+    what is misaligned: with a misaligned input, one kernel class whatever the
+    output (the input table); with aligned inputs and only the output misaligned
+    (a Linear forward with odd out_features), a slower one (the output table)."""
     cap = hw.alignment_bytes
     inputs = min(operand_alignment(op, g.dtype_bytes, cap) for op in (g.a, g.b))
+    if inputs < cap:
+        return hw.misalignment_efficiency(g.dtype_bytes, inputs)
     output = operand_alignment(g.out, g.dtype_bytes, cap)
-    return min(hw.misalignment_efficiency(g.dtype_bytes, inputs),
-               hw.misalignment_efficiency(g.dtype_bytes, output, output=True))
+    return hw.misalignment_efficiency(g.dtype_bytes, output, output=True)
 
 
 def quantization(m: int, n: int, batch: int, hw: Hardware) -> tuple[float, float, tuple[int, int]]:
