@@ -93,13 +93,26 @@ class FindingCheck:
         return m is not None and m >= threshold
 
 
+BlockRunner = Callable[[Finding, dict[int, Gemm]], "tuple[Callable[[], object], Callable[[], object]] | None"]
+
+
 def check_finding(f: Finding, gemms: Sequence[Gemm], hw: Hardware, timer: Timer,
-                  runner: Callable[[Gemm], Callable[[], object] | None]) -> FindingCheck | None:
+                  runner: Callable[[Gemm], Callable[[], object] | None],
+                  block_runner: BlockRunner | None = None) -> FindingCheck | None:
     """Time ``f``'s covered GEMMs and their suggested versions. None when the
-    finding carries no suggested shapes or none of its kernels can run here."""
+    finding carries no suggested shapes or none of its kernels can run here.
+    A suggestion that fuses work away (attention written by hand → fused SDPA)
+    saves more than GEMM time: ``block_runner`` then gives the whole block,
+    before and after, forward and backward."""
     if not f.after or len(f.after) != len(f.gemms):
         return None
     by_index = {g.index: g for g in gemms}
+    if block_runner is not None:
+        block = block_runner(f, by_index)
+        if block is not None:  # a fusion: time the whole block before and after
+            before_fn, after_fn = block
+            tb, ta = Timing(tuple(timer(before_fn))), Timing(tuple(timer(after_fn)))
+            return FindingCheck(f.code, f.module, f.est_speedup, tb.median, ta.median, ())
     checks = []
     cache: dict[Any, Timing | None] = {}
     for idx, after in zip(f.gemms, f.after):
@@ -302,16 +315,51 @@ def _sdpa_runner(g: Gemm, dtype: Any, device: str) -> Callable[[], object] | Non
     return lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
 
 
+def gpu_block_runner(device: str = "cuda") -> BlockRunner:
+    """Hand-written attention (a GEMM fed by a softmax) against the fused kernel:
+    QKᵀ, softmax, PV and their backward, or F.scaled_dot_product_attention."""
+    import torch
+    import torch.nn.functional as F
+
+    def runner(f: Finding, by_index: dict[int, Gemm]) -> tuple[Callable[[], object], Callable[[], object]] | None:
+        covered = [by_index[i] for i in f.gemms]
+        pv = next((g for g in covered if g.role == "after_softmax"), None)
+        if pv is None or pv.dtype not in _TORCH_DTYPE:
+            return None
+        bh, tq, tk, dv = pv.batch, pv.m, pv.k, pv.n
+        qk = next((g for g in covered if g.phase == "forward" and (g.m, g.n, g.batch) == (tq, tk, bh)), None)
+        d = qk.k if qk is not None else dv
+        dtype = getattr(torch, _TORCH_DTYPE[pv.dtype])
+        q = torch.randn(1, bh, tq, d, dtype=dtype, device=device, requires_grad=True)
+        k = torch.randn(1, bh, tk, d, dtype=dtype, device=device, requires_grad=True)
+        v = torch.randn(1, bh, tk, dv, dtype=dtype, device=device, requires_grad=True)
+        grad = torch.randn(1, bh, tq, dv, dtype=dtype, device=device)
+
+        def unfused() -> object:
+            p = torch.softmax((q @ k.transpose(-1, -2)) * d**-0.5, dim=-1)
+            return torch.autograd.grad(p @ v, (q, k, v), grad)
+
+        def fused() -> object:
+            return torch.autograd.grad(F.scaled_dot_product_attention(q, k, v), (q, k, v), grad)
+
+        return unfused, fused
+
+    return runner
+
+
 def verify(findings: Sequence[Finding], gemms: Sequence[Gemm], hw: Hardware, threshold: float,
            timer: Timer | None = None, runner: Callable[[Gemm], Callable[[], object] | None] | None = None,
-           progress: Callable[[Iterable[int]], Iterable[int]] | None = None) -> list[Finding]:
-    """Time every finding that carries suggested shapes; see :func:`apply`."""
+           progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
+           block_runner: BlockRunner | None = None) -> list[Finding]:
+    """Time every finding that carries suggested shapes; see :func:`apply`. With
+    the default (GPU) runners, fusions are timed as whole blocks."""
+    if runner is None:
+        runner, block_runner = gpu_runner(), block_runner or gpu_block_runner()
     timer = timer or cuda_timer()
-    runner = runner or gpu_runner()
     checks: dict[int, FindingCheck] = {}
     indices: Iterable[int] = range(len(findings))
     for i in (progress(indices) if progress else indices):
-        c = check_finding(findings[i], gemms, hw, timer, runner)
+        c = check_finding(findings[i], gemms, hw, timer, runner, block_runner)
         if c is not None:
             checks[i] = c
     return apply(findings, checks, threshold)

@@ -109,3 +109,24 @@ def test_sdpa_kernels_are_timed_once_per_kernel() -> None:
     keys = {_kernel_key(g) for g in cap.gemms}
     assert len([k for k in keys if k is not None]) == 2  # the forward and the backward kernel
     assert all(dict(g.extra)["is_causal"] for g in cap.gemms)
+
+
+def test_a_fusion_is_timed_as_a_whole_block() -> None:
+    """Hand-written attention: the block runner's before/after replace per-GEMM timing."""
+    from shapelint.engine import builtin_rules
+    from shapelint.rules import sl302_materialized_attention as sl302
+
+    ex = sl302.BAD[1]
+    cap, model = trace(lambda: (eval(ex.model, {"torch": torch, "nn": nn, "_rule": sl302}),
+                                eval(ex.inputs, {"torch": torch})))
+    hw = resolve("h200")
+    (f,) = [x for x in run_rules(builtin_rules(), cap.gemms, hw, RuleContext()) if x.code == "SL302"]
+    seen = []
+
+    def block_runner(finding, by_index):
+        seen.append(sorted(g.role for g in (by_index[i] for i in finding.gemms) if g.role))
+        return (lambda: 9.0), (lambda: 3.0)
+
+    c = check_finding(f, cap.gemms, hw, FakeClock(), fake_runner(hw, 1.0), block_runner)
+    assert c.measured_speedup == pytest.approx(3.0, rel=0.05)
+    assert "after_softmax" in seen[0] and c.gemms == ()
