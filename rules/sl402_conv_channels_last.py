@@ -52,7 +52,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable, Sequence
 
-from shapelint.estimate import conv_copy_bytes
+from shapelint.estimate import copy_bytes
 from shapelint.hardware import Hardware
 from shapelint.records import Finding, Gemm, Suggestion
 from shapelint.rule_api import Example, RuleContext, make_finding
@@ -118,7 +118,7 @@ def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> It
     modules = list(dict.fromkeys(call.module for call, _ in flagged))
     shown = ", ".join(modules[:MODULES_SHOWN]) + (f" and {len(modules) - MODULES_SHOWN} more"
                                                   if len(modules) > MODULES_SHOWN else "")
-    copied = sum(conv_copy_bytes(g) for g in covered)
+    copied = sum(copy_bytes(g) for g in covered)
     f = make_finding(
         CODE, NAME, SEVERITY, covered, channels_last, hardware,
         f"{len(modules)} convolution{'s' if len(modules) > 1 else ''} ({shown}) run on NCHW tensors: cuDNN "

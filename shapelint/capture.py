@@ -55,6 +55,20 @@ _VIEW_LIKE = frozenset(
 )
 _SOFTMAX = frozenset({"_softmax", "softmax", "_safe_softmax"})
 
+# what the recorder does with an op, decided once per op overload
+_IGNORED, _GEMM, _VIEW, _SOFTMAX_OP, _OTHER = range(5)
+
+
+def _op_kind(func: Any) -> int:
+    if func.namespace != "aten":
+        return _IGNORED
+    name = func.overloadpacket.__name__
+    if name in GEMM_OPS:
+        return _GEMM
+    if name in _VIEW_LIKE:
+        return _VIEW
+    return _SOFTMAX_OP if name in _SOFTMAX else _OTHER
+
 
 @dataclass(frozen=True)
 class ModuleInfo:
@@ -158,6 +172,7 @@ class _Recorder:
         self.param_like: dict[int, weakref.ref[torch.Tensor]] = {}
         self.softmaxed: dict[int, weakref.ref[torch.Tensor]] = {}
         self.infos: dict[int, ModuleInfo] = {}
+        self._kinds: dict[Any, int] = {}
         for path, mod in root.named_modules(remove_duplicate=True):
             self.infos[id(mod)] = ModuleInfo(
                 path or "<root>", type(mod).__name__, module_params(mod), defined_at.get(id(mod))
@@ -191,15 +206,17 @@ class _Recorder:
         ref = table.get(id(t))
         return ref is not None and ref() is t
 
-    def _propagate(self, name: str, args: tuple[Any, ...], out: Any) -> None:
+    def _propagate(self, kind: int, args: tuple[Any, ...], out: Any) -> None:
+        if kind == _OTHER and not self.softmaxed:
+            return
         outs = out if isinstance(out, (tuple, list)) else (out,)
         tensors = [o for o in outs if isinstance(o, torch.Tensor)]
         if not tensors or not args:
             return
-        if name in _VIEW_LIKE and self._has(self.param_like, args[0]):
+        if kind == _VIEW and self._has(self.param_like, args[0]):
             for o in tensors:
                 self._mark(self.param_like, o)
-        if name in _SOFTMAX:
+        if kind == _SOFTMAX_OP:
             for o in tensors:
                 self._mark(self.softmaxed, o)
         elif self.softmaxed and any(self._has(self.softmaxed, a) for a in args):
@@ -208,16 +225,19 @@ class _Recorder:
 
     # -- every op ----------------------------------------------------------
     def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        if func.namespace != "aten":
+        kind = self._kinds.get(func)
+        if kind is None:
+            kind = self._kinds[func] = _op_kind(func)
+        if kind == _IGNORED:
             return
-        name = func.overloadpacket.__name__
-        if name in GEMM_OPS:
+        if kind == _GEMM:
             node = torch._C._current_autograd_node()
             # the autograd node of this op (if it made one) took the last sequence number
             seq = torch._C._autograd._get_sequence_nr() - 1
+            name = func.overloadpacket.__name__
             self._record(name, args, kwargs, out, node, seq, node is None or bool(self.stack))
         else:
-            self._propagate(name, args, out)
+            self._propagate(kind, args, out)
 
     def _record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
                 node: Any, seq: int, in_forward: bool) -> None:

@@ -109,7 +109,21 @@ def _rate(g: Gemm, hw: Hardware) -> tuple[float, float]:
     return peak, alignment_efficiency(g, hw)
 
 
+#: gemm_time by (profile, what the time depends on): repeated layers share shapes
+_TIMES: dict[tuple[object, ...], GemmTime] = {}
+
+
 def gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
+    key = (id(hw), g.m, g.n, g.k, g.batch, g.dtype, g.role, g.a, g.b, g.out)
+    t = _TIMES.get(key)
+    if t is None:
+        if len(_TIMES) > 1_000_000:
+            _TIMES.clear()
+        t = _TIMES[key] = _gemm_time(g, hw)
+    return t
+
+
+def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
     peak, align = _rate(g, hw)
     tile, wave, _ = quantization(g.m, g.n, g.batch, hw)
     compute = g.flops / (peak * align * tile * wave)
@@ -118,17 +132,17 @@ def gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
     if g.role == "conv":
         # cuDNN's kernels for misaligned channels load narrower vectors: slower on both roofs
         memory /= align
-        copies = conv_copy_bytes(g) / (hw.bandwidth * hw.conv_transpose_efficiency)
+        copies = copy_bytes(g) / (hw.bandwidth * hw.conv_transpose_efficiency)
     else:
-        copies = sum(2 * op.rows * op.cols * g.batch * g.dtype_bytes for op in (g.a, g.b, g.out) if op.copied) / bw
+        copies = copy_bytes(g) / bw
     seconds = max(compute, memory, hw.min_gemm_us * 1e-6) + copies
     return GemmTime(seconds, compute, memory, align, tile, wave)
 
 
-def conv_copy_bytes(g: Gemm) -> int:
-    """Bytes read and written by the NCHW <-> NHWC transposes of a convolution GEMM:
-    each NCHW operand (``copied``: over the groups, ``batch``, the whole tensor) once
-    per kernel."""
+def copy_bytes(g: Gemm) -> int:
+    """Bytes read and written by the copies an operand needs before the kernel (no
+    unit stride; for a convolution the NCHW <-> NHWC transpose): each ``copied``
+    operand once (over a convolution's groups, ``batch``: the whole tensor)."""
     return sum(2 * op.rows * op.cols * g.batch * g.dtype_bytes for op in (g.a, g.b, g.out) if op.copied)
 
 

@@ -14,7 +14,7 @@ from shapelint.capture import PRECISIONS, Capture, capture, to_precision
 from shapelint.engine import StepEstimate, group, locate_in_config, run_rules, step_estimate
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
-from shapelint.load import Loaded, load, token_count
+from shapelint.load import DEFAULT_DTYPE, Loaded, load, token_count
 from shapelint.records import Finding
 from shapelint.rule_api import RuleContext
 from shapelint.tp import shard
@@ -53,7 +53,7 @@ class Result:
 
 
 def resolve_precision(opts: Options, loaded: Loaded) -> str:
-    dtype = opts.dtype or loaded.settings.get("dtype") or "bf16"
+    dtype = opts.dtype or loaded.settings.get("dtype") or DEFAULT_DTYPE
     if dtype not in PRECISIONS:
         raise ShapelintError(f"unknown dtype {dtype!r} (one of {', '.join(PRECISIONS)})")
     return str(dtype)
@@ -65,7 +65,7 @@ def vocab_sizes(model: torch.nn.Module) -> frozenset[int]:
 
 def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[ModuleType]) -> Result:
     """Lint one target; ``hw`` None means the target's own ``gpu`` setting, else the default GPU."""
-    loaded = load(path, batch=opts.batch, seq=opts.seq)
+    loaded = load(path, batch=opts.batch, seq=opts.seq, dtype=opts.dtype)
     precision = resolve_precision(opts, loaded)
     if hw is None:
         hw = hardware.resolve(str(loaded.settings["gpu"])) if "gpu" in loaded.settings else hardware.default_gpu()

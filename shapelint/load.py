@@ -38,6 +38,9 @@ from shapelint.records import Source
 DEFAULT_BATCH = 8
 DEFAULT_SEQ = 1024
 
+#: the compute precision when neither a flag nor the target names one
+DEFAULT_DTYPE = "bf16"
+
 CONFIG_NAMES = ("config.json",)
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -94,13 +97,15 @@ def discover(targets: list[str]) -> list[Path]:
     return out
 
 
-def load(path: Path, *, batch: int | None = None, seq: int | None = None) -> Loaded:
+def load(path: Path, *, batch: int | None = None, seq: int | None = None, dtype: str | None = None) -> Loaded:
+    """``dtype``: the compute precision when already known; Hugging Face models are
+    then built in it directly (no conversion pass afterwards)."""
     kind = target_kind(path)
     if kind == "python":
         return load_python(path, batch=batch, seq=seq)
     if kind == "hf-config":
-        return load_hf_config(path / "config.json" if path.is_dir() else path, batch=batch, seq=seq)
-    return load_yaml(path, batch=batch, seq=seq)
+        return load_hf_config(path / "config.json" if path.is_dir() else path, batch=batch, seq=seq, dtype=dtype)
+    return load_yaml(path, batch=batch, seq=seq, dtype=dtype)
 
 
 # -- building on fake tensors -----------------------------------------------
@@ -300,7 +305,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
 YAML_KEYS = {"model", "kwargs", "inputs", "dtype", "gpu", "training", "tp", "batch", "seq", "hf_config"}
 
 
-def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None) -> Loaded:
+def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None, dtype: str | None = None) -> Loaded:
     doc = read_yaml(path)
     unknown = sorted(set(doc) - YAML_KEYS)
     if unknown:
@@ -319,7 +324,7 @@ def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None) -
         cfg = doc["hf_config"]
         if not isinstance(cfg, dict):
             raise ShapelintError(f"{path}: hf_config must be a mapping of config keys")
-        loaded = _build_hf(cfg, str(path), batch=batch, seq=seq)
+        loaded = _build_hf(cfg, str(path), batch=batch, seq=seq, dtype=dtype or settings.get("dtype", DEFAULT_DTYPE))
         loaded.kind, loaded.settings = "yaml", settings
         loaded.config_keys, loaded.config_file = lines, str(path)
         return loaded
@@ -380,9 +385,10 @@ def read_json(path: Path) -> dict[str, Any]:
     return doc
 
 
-def load_hf_config(path: Path, *, batch: int | None = None, seq: int | None = None) -> Loaded:
+def load_hf_config(path: Path, *, batch: int | None = None, seq: int | None = None,
+                   dtype: str | None = None) -> Loaded:
     doc = read_json(path)
-    loaded = _build_hf(doc, str(path), batch=batch, seq=seq)
+    loaded = _build_hf(doc, str(path), batch=batch, seq=seq, dtype=dtype or DEFAULT_DTYPE)
     loaded.config_keys = _int_lines(read_text(path))
     loaded.config_file = str(path)
     return loaded
@@ -410,7 +416,8 @@ def _check_dims(doc: dict[str, Any], where: str) -> None:
             raise ShapelintError(f"{where}: {key} = {value}: dimensions must be positive")
 
 
-def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | None) -> Loaded:
+def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | None,
+              dtype: str | None = None) -> Loaded:
     transformers = _import_transformers()
     model_type = doc.get("model_type")
     if not isinstance(model_type, str):
@@ -422,7 +429,7 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
     except Exception as exc:  # noqa: BLE001 - transformers validates configs on construction
         raise ShapelintError(f"{where}: transformers rejects this config: {_one_line(exc)}") from exc
     defined_at: dict[int, Source] = {}
-    with fake_construction(defined_at) as mode:
+    with fake_construction(defined_at) as mode, _default_dtype(dtype):
         model = _hf_model(transformers, config, where)
         inputs = _hf_inputs(model, config, where, batch or DEFAULT_BATCH, seq)
     return Loaded(where, "hf-config", model, inputs, mode, defined_at)
@@ -446,6 +453,23 @@ def _hf_model(transformers: Any, config: Any, where: str) -> torch.nn.Module:
         except Exception as exc:  # noqa: BLE001
             raise ShapelintError(f"{where}: transformers cannot build this model: {_one_line(exc)}") from exc
     raise ShapelintError(f"{where}: transformers cannot build a model for this config: {_one_line(last or Exception())}")
+
+
+@contextlib.contextmanager
+def _default_dtype(precision: str | None) -> Iterator[None]:
+    """Build in the 16-bit compute dtype directly (what capture would cast to)."""
+    from shapelint.capture import PRECISIONS
+
+    dtype = PRECISIONS.get(precision or "")
+    if dtype not in (torch.bfloat16, torch.float16):
+        yield
+        return
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
 
 
 def _no_init_weights(transformers: Any) -> Any:
