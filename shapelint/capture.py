@@ -318,21 +318,28 @@ def _recording(rec: _Recorder, model: torch.nn.Module) -> Iterator[None]:
             yield
 
 
-class _FusedAttention(torch.overrides.TorchFunctionMode):
-    """Runs ``F.scaled_dot_product_attention`` as the fused kernel a GPU would use.
+@contextlib.contextmanager
+def fused_attention() -> Iterator[None]:
+    """Run ``F.scaled_dot_product_attention`` as the fused kernel a GPU would use.
 
     On CPU, PyTorch falls back to the unfused math path for dropout or some masks
     (materialising the scores in fp32); on a GPU the flash / memory-efficient
     kernels take them. Dropout and the mask's values do not change any GEMM shape,
-    so the fused CPU kernel with the same shapes stands in for the GPU kernel."""
+    so the fused CPU kernel with the same shapes stands in for the GPU kernel.
+    (The function is swapped for the duration: a TorchFunctionMode would route
+    every torch call of the step through Python.)"""
+    functional = torch.nn.functional
+    original = functional.scaled_dot_product_attention
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        kwargs = kwargs or {}
-        if func is torch.nn.functional.scaled_dot_product_attention:
-            fused = _fused_sdpa(*args, **kwargs)
-            if fused is not None:
-                return fused
-        return func(*args, **kwargs)
+    def sdpa(*args: Any, **kwargs: Any) -> Any:
+        fused = _fused_sdpa(*args, **kwargs)
+        return fused if fused is not None else original(*args, **kwargs)
+
+    functional.scaled_dot_product_attention = sdpa  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        functional.scaled_dot_product_attention = original
 
 
 def _fused_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any = None,
@@ -443,7 +450,7 @@ def capture(
     model.train(training)
     grad_ctx = contextlib.nullcontext() if training else torch.no_grad()
     try:
-        with _module_hooks(rec), _FusedAttention(), _recording(rec, model), grad_ctx:
+        with _module_hooks(rec), fused_attention(), _recording(rec, model), grad_ctx:
             out = call_model(model, inputs)
             if training:
                 outs = [t for t in output_tensors(out) if t.requires_grad and t.is_floating_point()]

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from shapelint.capture import _FusedAttention, output_tensors
+from shapelint.capture import fused_attention, output_tensors
 from shapelint.gemm_shapes import GEMM_OPS, GemmShape, extract
 
 
@@ -24,7 +24,7 @@ def joint_graph(model: torch.nn.Module, inputs: Any, training: bool = True) -> t
 
     def step(flat_params: list[torch.Tensor], flat_inputs: Any) -> Any:
         state = {**buffers, **params, **dict(zip(names, flat_params))}
-        with _FusedAttention():
+        with fused_attention():
             out = torch.func.functional_call(model, state, (), _as_kwargs(flat_inputs)) \
                 if isinstance(flat_inputs, dict) else torch.func.functional_call(model, state, _as_args(flat_inputs))
         outs = [t for t in output_tensors(out) if t.requires_grad and t.is_floating_point()]
