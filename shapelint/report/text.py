@@ -92,7 +92,7 @@ def render(results: Sequence[Result], out: IO[str], *, verbose: bool = False, co
         for f in shown:
             by_module.setdefault(f.module, []).append(f)
         for module, fs in by_module.items():
-            console.print(Text(f"  {module}", style="bold cyan"))
+            console.print(Text.assemble("  module ", (module, "bold cyan")))
             for f in fs:
                 _finding(console, f)
         n = sum(1 for f in r.findings if not f.suppressed)
