@@ -130,3 +130,28 @@ def test_a_fusion_is_timed_as_a_whole_block() -> None:
     c = check_finding(f, cap.gemms, hw, FakeClock(), fake_runner(hw, 1.0), block_runner)
     assert c.measured_speedup == pytest.approx(3.0, rel=0.05)
     assert "after_softmax" in seen[0] and c.gemms == ()
+
+
+def test_calibrate_fit_makes_a_loadable_profile_from_measurements() -> None:
+    from dataclasses import replace as dc_replace
+
+    from shapelint.calibrate import WAVE_K, WAVE_M, WAVE_NS, _gemm, closest_base, fit
+    from shapelint.estimate import gemm_time
+    from shapelint.hardware import profile_from_dict
+
+    base = closest_base("NVIDIA H200")
+    assert base["aliases"] == ["h200"]
+    truth = dc_replace(profile_from_dict(base, "h200"), wave_weight=0.7)
+    rows = [{"tag": "wave", "M": WAVE_M, "N": n, "K": WAVE_K, "dtype": "bf16",
+             "ms": gemm_time(_gemm(WAVE_M, n, WAVE_K, "bf16"), truth).seconds * 1e3} for n in WAVE_NS]
+    rows.append({"tag": "typical", "M": 8192, "N": 8192, "K": 8192, "dtype": "bf16",
+                 "ms": 2 * 8192**3 / (700e12) * 1e3})
+    measured = {"bf16_tflops": 800.0, "copy_tbps": 4.0, "rows": rows,
+                "misaligned_efficiency": {2: {2: 0.2, 8: 0.35}},
+                "misaligned_output_efficiency": {2: {2: 0.1, 8: 0.3}}}
+    doc = fit(base, measured)
+    hw = profile_from_dict(doc, "calibrated")
+    assert hw.peak_tflops("bf16") == 800.0 and hw.bandwidth == 4.0e12
+    assert hw.misalignment_efficiency(2, 2) == 0.2 and hw.misalignment_efficiency(2, 2, output=True) == 0.1
+    assert doc["gemm_efficiency"] == pytest.approx(700 / 800, rel=1e-3)
+    assert doc["wave_weight"] == pytest.approx(0.7, abs=0.11)  # recovered from the sweep
