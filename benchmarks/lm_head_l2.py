@@ -19,23 +19,6 @@ import torch
 from shapelint.verify import cuda_timer
 
 
-def plain_timer(reps: int = 50, warmup: int = 10):
-    def timer(fn):
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        for s, e in zip(starts, ends):
-            s.record()
-            fn()
-            e.record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-
-    return timer
-
-
 def lm_head_ms(vocab: int, timer, tokens: int = 8192, width: int = 768) -> dict[str, float]:
     x = torch.randn(tokens, width, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(vocab, width, device="cuda", dtype=torch.bfloat16)
@@ -52,7 +35,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
     rows = {}
-    for name, timer in (("l2_flushed", cuda_timer()), ("back_to_back", plain_timer())):
+    for name, timer in (("l2_flushed", cuda_timer()), ("back_to_back", cuda_timer(flush_l2=False))):
         for vocab in (50257, 50264):
             rows[f"{name}/{vocab}"] = lm_head_ms(vocab, timer)
     for name in ("l2_flushed", "back_to_back"):

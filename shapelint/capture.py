@@ -1,11 +1,13 @@
 """Capture: run a forward (and backward) pass on fake tensors and record every GEMM.
 
-A ``TorchDispatchMode`` sees each aten op below autograd. Forward ops are tied to
-the innermost module running (global forward hooks keep a module stack); each
-autograd node created in forward gets that owner under its sequence number, so a
-backward op is tied to its forward through ``torch._C._current_autograd_node()``.
-Forward ops that run while backward does (activation checkpointing) are
-``recompute``.
+The FakeTensorMode models are built under (``RecordingFakeMode``; a plain
+``TorchDispatchMode`` for other tensors) hands each aten op, below autograd, to a
+recorder. Forward ops are tied to the innermost module running (global forward
+hooks keep a module stack); each autograd node created in forward gets that owner
+under its sequence number, so a backward op is tied to its forward through
+``torch._C._current_autograd_node()``. Forward ops that run while backward does
+(activation checkpointing) are ``recompute``. GEMM shapes come from
+``shapelint.gemm_shapes`` only.
 """
 
 from __future__ import annotations

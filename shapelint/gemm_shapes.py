@@ -237,14 +237,21 @@ def _attn_operand(t: Any, rows: int, cols: int, transposed: bool) -> Operand:
     return Operand(rows, cols, ld, transposed, False, int(t.storage_offset()))
 
 
+def _scores(op: str, q: Any, k: Any, part: str) -> GemmShape:
+    """S = Q Kᵀ, kept on chip by the fused kernels."""
+    bh, tq, d, _ = _heads(q)
+    _, tk, _, _ = _heads(k)
+    return GemmShape(op, tq, tk, d, bh, _attn_operand(q, tq, d, False), _attn_operand(k, d, tk, True),
+                     _on_chip(tq, tk), part=part, role="attn_scores")
+
+
 def _sdpa(op: str, q: Any, k: Any, v: Any) -> list[GemmShape]:
     """The two GEMMs of a fused attention forward: S = Q Kᵀ, O = P V (P on chip)."""
-    bh, tq, d, _ = _heads(q)
+    bh, tq, _, _ = _heads(q)
     _, tk, _, _ = _heads(k)
     dv = int(v.shape[-1])
     return [
-        GemmShape(op, tq, tk, d, bh, _attn_operand(q, tq, d, False), _attn_operand(k, d, tk, True),
-                  _on_chip(tq, tk), part="qk", role="attn_scores"),
+        _scores(op, q, k, "qk"),
         GemmShape(op, tq, dv, tk, bh, _on_chip(tq, tk), _attn_operand(v, tk, dv, False),
                   _dense(tq, dv), part="pv", role="attn_values"),
     ]
@@ -257,8 +264,7 @@ def _sdpa_backward(op: str, grad: Any, q: Any, k: Any, v: Any) -> list[GemmShape
     _, tk, _, _ = _heads(k)
     dv = int(v.shape[-1])
     return [
-        GemmShape(op, tq, tk, d, bh, _attn_operand(q, tq, d, False), _attn_operand(k, d, tk, True),
-                  _on_chip(tq, tk), part="qk_recompute", role="attn_scores"),
+        _scores(op, q, k, "qk_recompute"),
         GemmShape(op, tk, dv, tq, bh, _on_chip(tk, tq), _attn_operand(grad, tq, dv, False),
                   _dense(tk, dv), part="dv", role="attn_values"),
         GemmShape(op, tq, tk, dv, bh, _attn_operand(grad, tq, dv, False), _attn_operand(v, dv, tk, True),

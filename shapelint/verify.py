@@ -196,12 +196,12 @@ def confirmed(f: Finding) -> bool:
 # -- on the GPU -----------------------------------------------------------------
 
 
-def cuda_timer(reps: int = REPS, warmup: int = WARMUP) -> Timer:
-    """CUDA-event timing with an L2 flush before every repetition."""
+def cuda_timer(reps: int = REPS, warmup: int = WARMUP, flush_l2: bool = True) -> Timer:
+    """CUDA-event timing, with an L2 flush before every repetition unless told not to."""
     import torch
 
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20) or (64 << 20)
-    flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device="cuda")
+    flush = torch.empty(2 * l2 // 4 if flush_l2 else 0, dtype=torch.int32, device="cuda")
 
     def timer(fn: Callable[[], object]) -> list[float]:
         for _ in range(warmup):
@@ -210,7 +210,8 @@ def cuda_timer(reps: int = REPS, warmup: int = WARMUP) -> Timer:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         for s, e in zip(starts, ends):
-            flush.zero_()
+            if flush_l2:
+                flush.zero_()
             s.record()
             fn()
             e.record()
