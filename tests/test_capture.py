@@ -213,12 +213,13 @@ def test_sdpa_transformer_flops_match_flop_counter_plus_the_named_recompute() ->
 
 def test_gpt2_from_config_flops_match_flop_counter() -> None:
     transformers = pytest.importorskip("transformers")
-    cfg = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=64, bos_token_id=0, eos_token_id=0)
+    config = transformers.GPT2Config()  # GPT-2 small: 12 layers, 768 wide, 12 heads, vocab 50257
+    cfg = dict(n_layer=config.n_layer, n_embd=config.n_embd, n_head=config.n_head)
     b, t = 2, 32
 
     def build(impl: str):
-        return lambda: (transformers.GPT2LMHeadModel(transformers.GPT2Config(**cfg, attn_implementation=impl)),
-                        torch.randint(0, 1000, (b, t)))
+        return lambda: (transformers.GPT2LMHeadModel(transformers.GPT2Config(attn_implementation=impl)),
+                        torch.randint(0, 50257, (b, t)))
 
     cap, _ = trace(build("sdpa"))
     # Oracle: the eager attention (explicit matmuls) under FakeTensorMode: it misses
@@ -228,7 +229,8 @@ def test_gpt2_from_config_flops_match_flop_counter() -> None:
     assert sum(g.flops for g in cap.gemms) == oracle + recompute
     lm = [g for g in cap.gemms if g.module == "lm_head"]
     assert sorted((g.phase, g.m, g.n, g.k) for g in lm) == [
-        ("forward", b * t, 1000, 64), ("grad_input", b * t, 64, 1000), ("grad_weight", 1000, 64, b * t)]
+        ("forward", b * t, 50257, 768), ("grad_input", b * t, 768, 50257), ("grad_weight", 50257, 768, b * t)]
+    assert len(cap.gemms) == 12 * (4 * 3 + 7) + 3
 
 
 def test_llama_70b_width_allocates_nothing() -> None:
