@@ -53,6 +53,8 @@ def parse_yaml(text: str, where: str) -> Any:
     import yaml
 
     try:
+        # the pure-Python safe loader: the C one is faster but overflows the C stack
+        # (a crash, not an error) on deeply nested input
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
