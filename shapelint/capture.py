@@ -17,7 +17,7 @@ import os
 import sys
 import sysconfig
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
@@ -95,7 +95,6 @@ class Capture:
     training: bool
     precision: str
     tokens: int | None = None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def forward(self) -> int:

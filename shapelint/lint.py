@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Sequence
@@ -47,7 +47,8 @@ class Result:
     step: StepEstimate
     hardware: Hardware
     config_file: str | None = None
-    notes: list[str] = field(default_factory=list)
+    #: tensor-parallel degree: the GEMMs are one GPU's shard
+    tp: int = 1
     #: the reporting threshold this result was produced with (--verify confirms against it)
     min_speedup: float = 1.05
 
@@ -86,7 +87,6 @@ def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[
                 raise ShapelintError(f"--dump-graph {opts.dump_graph}: {exc.strerror}") from exc
     if tp > 1:
         cap.gemms = shard(cap.gemms, tp)
-        cap.notes.append(f"tensor parallel {tp}: shapes are per GPU")
     tokens = token_count(loaded.inputs)
     ctx = RuleContext(
         precision=precision,
@@ -103,7 +103,7 @@ def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[
     findings.sort(key=lambda f: -((f.est_ms or 0) - (f.est_ms_after or 0)))
     step = step_estimate(cap.gemms, findings, hw)
     return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file,
-                  min_speedup=opts.min_speedup)
+                  tp=tp, min_speedup=opts.min_speedup)
 
 
 def with_findings(result: Result, findings: list[Finding]) -> Result:

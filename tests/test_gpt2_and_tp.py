@@ -54,6 +54,7 @@ def test_tensor_parallel_pads_the_vocab_for_each_gpu(gpt2_config: str, capsys) -
     assert to == 50304  # 6288 per GPU: the smallest multiple of 64 above 50257
     lm = [g for g in doc["gemms"] if g["module"] == "lm_head" and g["phase"] == "forward"]
     assert lm[0]["n"] == 6283  # ceil(50257 / 8) per GPU
+    assert doc["summary"]["tp"] == 8
     assert not [x for x in doc["findings"] if x["code"] == "SL101"]  # the shard is SL501's
 
 

@@ -20,6 +20,7 @@ def summary(r: Result) -> dict[str, Any]:
         "dtype": r.precision,
         "training": r.training,
         "tokens": r.tokens,
+        "tp": r.tp,
         "gemm_count": len(r.capture.gemms),
         "forward": r.capture.forward,
         "backward": r.capture.backward,

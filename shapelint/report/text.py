@@ -28,6 +28,8 @@ def gemm_count_line(r: Result) -> str:
 def _header(console: Console, r: Result) -> None:
     mode = "training" if r.training else "inference"
     tokens = f", {r.tokens} tokens/step" if r.tokens else ""
+    if r.tp > 1:
+        tokens += f", tensor parallel {r.tp} (one GPU's shapes)"
     console.print(Text(r.target, style="bold"))
     console.print(f"  GPU {r.hardware.name} ({r.hardware.key}), {r.precision}, {mode}{tokens}")
     console.print(f"  {gemm_count_line(r)}")
