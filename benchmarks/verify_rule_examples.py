@@ -27,13 +27,17 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--rules", default="", help="only these codes (comma-separated)")
     args = ap.parse_args()
+    only = {c for c in args.rules.split(",") if c}
     local = default_gpu()
     rows = []
     import torch.nn as nn
     import torch.nn.functional as F
 
     for rule in builtin_rules():
+        if only and rule.CODE not in only:
+            continue
         for i, ex in enumerate(rule.BAD):
             hw = resolve(ex.gpu)
             if hw.arch != local.arch:
@@ -49,10 +53,13 @@ def main() -> None:
                 rows.append({"code": rule.CODE, "example": i, "model": ex.model, "dtype": ex.dtype,
                              "suggestion": f.suggestion.to_json() if f.suggestion else None,
                              "est_speedup": f.est_speedup, "measured_speedup": f.measured_speedup,
+                             "est_ms": f.est_ms, "est_ms_after": f.est_ms_after,
+                             "before_ms": v.get("before_ms"), "after_ms": v.get("after_ms"),
                              "kind": f.detail("est_speedup_kind", "time"), "status": v.get("status")})
                 m = f.measured_speedup
                 print(f"{rule.CODE} BAD{i} {ex.dtype:5} est {f.est_speedup or 0:6.2f}x  measured "
-                      f"{(m or 0):6.2f}x  {ex.model[:70]}", flush=True)
+                      f"{(m or 0):6.2f}x  est ms {f.est_ms:.3f} -> {f.est_ms_after:.3f}  measured ms "
+                      f"{v.get('before_ms')} -> {v.get('after_ms')}  {ex.model[:50]}", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
