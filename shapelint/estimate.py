@@ -114,7 +114,7 @@ _TIMES: dict[tuple[object, ...], GemmTime] = {}
 
 
 def gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
-    key = (id(hw), g.m, g.n, g.k, g.batch, g.dtype, g.role, g.a, g.b, g.out)
+    key = (id(hw), g.op, g.m, g.n, g.k, g.batch, g.dtype, g.role, g.a, g.b, g.out, g.extra)
     t = _TIMES.get(key)
     if t is None:
         if len(_TIMES) > 1_000_000:
@@ -123,10 +123,16 @@ def gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
     return t
 
 
+#: share of a causal attention's score tiles the fused kernels compute: the lower
+#: triangle and its diagonal tiles (records count the full product, as flop_counter does)
+CAUSAL_WORK = 0.55
+
+
 def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
     peak, align = _rate(g, hw)
     tile, wave, _ = quantization(g.m, g.n, g.batch, hw)
-    compute = g.flops / (peak * align * tile * wave)
+    work = CAUSAL_WORK if g.op.startswith("sdpa.") and dict(g.extra).get("is_causal") else 1.0
+    compute = g.flops * work / (peak * align * tile * wave)
     bw = hw.bandwidth * hw.memory_efficiency
     memory = g.min_bytes / bw
     if g.role == "conv":
