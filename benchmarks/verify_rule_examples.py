@@ -17,8 +17,7 @@ import torch
 
 from shapelint.engine import builtin_rules
 from shapelint.hardware import default_gpu, resolve
-from shapelint.lint import trace, vocab_sizes
-from shapelint.rule_api import RuleContext
+from shapelint.examples_runner import trace_example
 from shapelint.verify import verify
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,9 +31,6 @@ def main() -> None:
     only = {c for c in args.rules.split(",") if c}
     local = default_gpu()
     rows = []
-    import torch.nn as nn
-    import torch.nn.functional as F
-
     for rule in builtin_rules():
         if only and rule.CODE not in only:
             continue
@@ -42,11 +38,7 @@ def main() -> None:
             hw = resolve(ex.gpu)
             if hw.arch != local.arch:
                 hw = local  # estimate for the GPU we measure on
-            scope = {"torch": torch, "nn": nn, "F": F, "_rule": rule}
-            cap, model = trace(lambda: (eval(ex.model, scope), eval(ex.inputs, scope)),  # noqa: S307
-                               precision=ex.dtype, training=ex.training)
-            ctx = RuleContext(precision=ex.dtype, training=ex.training, tokens=cap.tokens,
-                              vocab_sizes=vocab_sizes(model))
+            cap, ctx = trace_example(rule, ex)
             findings = [f for f in rule.check(cap.gemms, hw, ctx) if f.code == rule.CODE]
             for f in verify(findings, cap.gemms, hw, 1.05):
                 v = f.detail("verify") or {}

@@ -427,13 +427,20 @@ def _cast_tree(x: Any, dtype: torch.dtype) -> Any:
     return x
 
 
+def split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Example inputs as (args, kwargs): a dict is keyword arguments, a tuple or
+    list positional ones, anything else the single positional argument."""
+    if isinstance(inputs, dict):
+        return (), dict(inputs)
+    if isinstance(inputs, (tuple, list)):
+        return tuple(inputs), {}
+    return (inputs,), {}
+
+
 @boundary
 def call_model(model: torch.nn.Module, inputs: Any) -> Any:
-    if isinstance(inputs, dict):
-        return model(**inputs)
-    if isinstance(inputs, (tuple, list)):
-        return model(*inputs)
-    return model(inputs)
+    args, kwargs = split_inputs(inputs)
+    return model(*args, **kwargs)
 
 
 def capture(

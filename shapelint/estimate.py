@@ -27,7 +27,7 @@ The model, per GEMM (all numbers from the profile):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable
 
 from shapelint.hardware import Hardware, aligned_bytes, ceil_div
 from shapelint.records import Gemm, Operand
@@ -217,13 +217,6 @@ def _gcd(a: int, b: int) -> int:
     while b:
         a, b = b, a % b
     return a
-
-
-def covered_ms(gemms: Sequence[Gemm], hw: Hardware, old: int | None = None, new: int | None = None) -> float:
-    """Estimated time of ``gemms``, optionally after resizing ``old`` → ``new``."""
-    if old is None or new is None:
-        return total_ms(gemms, hw)
-    return total_ms((resize(g, old, new) for g in gemms), hw)
 
 
 def set_dim(g: Gemm, axis: str, new: int) -> Gemm:

@@ -8,14 +8,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from shapelint.capture import Capture
 from shapelint.hardware import resolve
 from shapelint.lint import trace, vocab_sizes
 from shapelint.records import Finding
 from shapelint.rule_api import Example, RuleContext
 
 
-def run_example(rule: ModuleType, example: Example) -> list[Finding]:
-    """The findings ``rule`` reports on ``example`` (model built on fake tensors)."""
+def trace_example(rule: ModuleType, example: Example) -> tuple[Capture, RuleContext]:
+    """``example``'s GEMMs (model built on fake tensors) and the context rules get."""
     scope = {"torch": torch, "nn": nn, "F": F, "_rule": rule}
 
     def build() -> tuple[nn.Module, object]:
@@ -24,4 +25,10 @@ def run_example(rule: ModuleType, example: Example) -> list[Finding]:
     cap, model = trace(build, precision=example.dtype, training=example.training)
     ctx = RuleContext(precision=example.dtype, training=example.training, tokens=cap.tokens,
                       vocab_sizes=vocab_sizes(model))
+    return cap, ctx
+
+
+def run_example(rule: ModuleType, example: Example) -> list[Finding]:
+    """The findings ``rule`` reports on ``example`` on the example's GPU."""
+    cap, ctx = trace_example(rule, example)
     return [f for f in rule.check(cap.gemms, resolve(example.gpu), ctx) if f.code == rule.CODE]

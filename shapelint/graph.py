@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from shapelint.capture import fused_attention, output_tensors
+from shapelint.capture import fused_attention, output_tensors, split_inputs
 from shapelint.gemm_shapes import GEMM_OPS, GemmShape, extract
 
 
@@ -24,13 +24,13 @@ def joint_graph(model: torch.nn.Module, inputs: Any, training: bool = True) -> t
 
     def step(flat_params: list[torch.Tensor], flat_inputs: Any) -> Any:
         state = {**buffers, **params, **dict(zip(names, flat_params))}
+        args, kwargs = split_inputs(flat_inputs)
         with fused_attention():
-            out = torch.func.functional_call(model, state, (), _as_kwargs(flat_inputs)) \
-                if isinstance(flat_inputs, dict) else torch.func.functional_call(model, state, _as_args(flat_inputs))
+            out = torch.func.functional_call(model, state, args, kwargs)
         outs = [t for t in output_tensors(out) if t.requires_grad and t.is_floating_point()]
         if not training or not outs:
             return outs
-        wrt = list(flat_params) + [t for t in _leaves(flat_inputs) if t.requires_grad]
+        wrt = list(flat_params) + [t for t in output_tensors(flat_inputs) if t.requires_grad]
         grads = torch.autograd.grad(outs, wrt, [torch.ones_like(t) for t in outs], allow_unused=True)
         return outs, [g for g in grads if g is not None]
 
@@ -38,18 +38,6 @@ def joint_graph(model: torch.nn.Module, inputs: Any, training: bool = True) -> t
     trainable = [params[n] for n in names]
     # the inputs are already fake tensors of the active FakeTensorMode: trace them as they are
     return make_fx(step, tracing_mode="real", _allow_non_fake_inputs=True)(trainable, inputs)
-
-
-def _as_args(inputs: Any) -> tuple[Any, ...]:
-    return tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-
-
-def _as_kwargs(inputs: dict[str, Any]) -> dict[str, Any]:
-    return dict(inputs)
-
-
-def _leaves(inputs: Any) -> list[torch.Tensor]:
-    return output_tensors(inputs)
 
 
 def graph_gemms(gm: torch.fx.GraphModule) -> list[GemmShape]:

@@ -13,7 +13,7 @@ A rule is one module under ``rules/`` (shipped as ``shapelint.rules``) with:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from shapelint.estimate import total_ms
 from shapelint.hardware import Hardware
@@ -57,17 +57,6 @@ class RuleContext:
     def is_vocab_dim(self, value: int) -> bool:
         """``value`` is a vocabulary size, or one GPU's shard of one."""
         return any(value in (v, -(-v // self.tp)) for v in self.vocab_sizes)
-
-
-class RuleModule(Protocol):
-    CODE: str
-    NAME: str
-    SEVERITY: str
-    BAD: Sequence[Example]
-    GOOD: Sequence[Example]
-    __doc__: str | None
-
-    def check(self, gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Finding]: ...
 
 
 def by_module(gemms: Iterable[Gemm]) -> dict[str, list[Gemm]]:
