@@ -31,17 +31,16 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from shapelint.estimate import best_size, gemm_alignment, resize, total_ms
 from shapelint.hardware import Hardware
-from shapelint.records import Finding, Gemm, Operand, Suggestion
-from shapelint.rule_api import Example, RuleContext, graded, make_finding
+from shapelint.physics.alignment import is_aligned, misaligned_leading_dims
+from shapelint.physics.reshape import resize
+from shapelint.records import ATTN_ROLES, Change, Dim, Gemm, Proposal, SizeSearch, Suggestion
+from shapelint.rule_api import Example, RuleContext, phases
 
 CODE = "SL101"
 NAME = "misaligned-leading-dim"
 SEVERITY = "error"
 
-#: below this estimated speedup a finding is a warning, not an error
-ERROR_SPEEDUP = 1.25
 #: search for the padded size up to the next multiple of this many elements
 SEARCH_SPAN = 256
 
@@ -65,51 +64,35 @@ GOOD = [
 ]
 
 
-def _misaligned_dims(g: Gemm, hw: Hardware) -> set[int]:
-    """The leading dimensions (in elements) that break 16-byte alignment."""
-    align = hw.align_elems(g.dtype_bytes)
-    out = set()
-    for op in (g.a, g.b, g.out):
-        if op.in_memory and not _single_line(op) and op.ld % align:
-            out.add(op.ld)
-    return out
-
-
-def _single_line(op: Operand) -> bool:
-    return (op.cols if op.transposed else op.rows) <= 1
-
-
-def _covers(g: Gemm, value: int) -> bool:
-    return value in (g.m, g.n, g.k)
-
-
-def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Finding]:
+def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]:
     seen: set[tuple[str, int]] = set()
     for g in gemms:
-        if not hardware.uses_tensor_cores(g.dtype) or g.role in ("attn_scores", "attn_values", "conv"):
+        if not hardware.uses_tensor_cores(g.dtype) or g.role in ATTN_ROLES or g.role == "conv":
             continue
-        if gemm_alignment(g, hardware) >= hardware.alignment_bytes:
+        if is_aligned(g, hardware):
             continue
-        for value in sorted(_misaligned_dims(g, hardware)):
+        for value in sorted(misaligned_leading_dims(g, hardware)):
             if context.is_vocab_dim(value) or (g.module, value) in seen:
                 continue
             seen.add((g.module, value))
-            covered = [h for h in gemms if h.module == g.module and _covers(h, value)]
-            yield _finding(covered, value, hardware, context)
+            covered = tuple(h for h in gemms if h.module == g.module and value in (h.m, h.n, h.k))
+            yield _proposal(covered, value, hardware, context)
 
 
-def _finding(covered: list[Gemm], value: int, hw: Hardware, context: RuleContext) -> Finding:
+def _proposal(covered: tuple[Gemm, ...], value: int, hw: Hardware, context: RuleContext) -> Proposal:
     g = covered[0]
     align = hw.align_elems(g.dtype_bytes)
-    to = best_size(value, lambda c: total_ms((resize(h, value, c) for h in covered), hw),
-                   align, search=SEARCH_SPAN, must_divide=context.tp)
     param = g.param(value) or "size"
-    phases = "/".join(sorted({h.phase for h in covered}))
-    f = make_finding(
-        CODE, NAME, SEVERITY, covered, lambda h: resize(h, value, to), hw,
-        f"{param} = {value} is a leading dimension of {len(covered)} {g.dtype} GEMMs ({phases}) "
-        f"and not a multiple of {align} elements (16 bytes): cuBLAS falls back to slower kernels",
-        Suggestion(param, value, to),
-        {"dimension": value, "align_elems": align, "extra_elements": to - value},
-    )
-    return graded(f, ERROR_SPEEDUP)
+
+    def at(sizes: tuple[int, ...]) -> Change:
+        (to,) = sizes
+        return Change(
+            Suggestion(param, value, to),
+            tuple(resize(h, value, to) for h in covered),
+            f"{param} = {value} is a leading dimension of {len(covered)} {g.dtype} GEMMs ({phases(covered)}) "
+            f"and not a multiple of {align} elements (16 bytes): cuBLAS falls back to slower kernels",
+            (("dimension", value), ("align_elems", align), ("extra_elements", to - value)),
+        )
+
+    return Proposal(CODE, NAME, SEVERITY, covered,
+                    SizeSearch((Dim(value, align, SEARCH_SPAN, context.tp),), at))

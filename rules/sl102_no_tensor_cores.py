@@ -36,17 +36,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable, Sequence
 
-from shapelint.estimate import total_ms
 from shapelint.hardware import Hardware
-from shapelint.records import Finding, Gemm, Suggestion
-from shapelint.rule_api import Example, RuleContext, by_module, make_finding
+from shapelint.records import Change, Gemm, Proposal, Suggestion
+from shapelint.rule_api import Example, RuleContext, by_module, phases
 
 CODE = "SL102"
 NAME = "no-tensor-cores"
 SEVERITY = "warning"
 
-#: report a module only when the suggested dtype is estimated at least this much faster
-MIN_SPEEDUP = 1.1
 #: the reduced precisions to suggest, in order of preference (first one with tensor cores)
 LOW_PRECISIONS = ("bf16", "fp16")
 #: the TF32 switch, as the message names it
@@ -79,41 +76,31 @@ def low_precision(hw: Hardware) -> str | None:
     return next((d for d in LOW_PRECISIONS if hw.uses_tensor_cores(d)), None)
 
 
-def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Finding]:
+def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]:
     target = low_precision(hardware)
     if target is None:
         return
     slow = [g for g in gemms if not hardware.uses_tensor_cores(g.dtype)]
     for _module, covered in by_module(slow).items():
         for dtype in sorted({g.dtype for g in covered}):
-            same = [g for g in covered if g.dtype == dtype]
-            f = _finding(same, dtype, target, hardware)
-            if f.est_speedup is not None and f.est_speedup >= MIN_SPEEDUP:
-                yield f
+            same = tuple(g for g in covered if g.dtype == dtype)
+            yield _proposal(same, dtype, target, hardware)
 
 
-def _finding(covered: list[Gemm], dtype: str, target: str, hw: Hardware) -> Finding:
-    before = total_ms(covered, hw)
-    target_ms = total_ms((replace(h, dtype=target) for h in covered), hw)
-    details: dict[str, object] = {
-        "dtype": dtype,
-        "suggested_dtype": target,
-        "est_speedup_" + target: before / target_ms if target_ms else None,
-    }
-    alternative = ""
-    if dtype == "fp32" and hw.uses_tensor_cores("tf32"):
-        tf32_ms = total_ms((replace(h, dtype="tf32") for h in covered), hw)
-        tf32_speedup = before / tf32_ms if tf32_ms else None
-        details["est_speedup_tf32"] = tf32_speedup
-        details["est_ms_tf32"] = tf32_ms
-        alternative = (f"; or keep fp32 tensors and set `{TF32_SWITCH}` "
-                       f"(TF32 tensor cores, est. {tf32_speedup:.1f}x)")
-    phases = "/".join(sorted({h.phase for h in covered}))
+def _retyped(covered: tuple[Gemm, ...], dtype: str) -> tuple[Gemm, ...]:
+    return tuple(replace(h, dtype=dtype) for h in covered)
+
+
+def _proposal(covered: tuple[Gemm, ...], dtype: str, target: str, hw: Hardware) -> Proposal:
     why = "TF32 off" if dtype == "fp32" else f"no {dtype} tensor cores on this GPU"
-    return make_finding(
-        CODE, NAME, SEVERITY, covered, lambda h: replace(h, dtype=target), hw,
-        f"{len(covered)} {dtype} GEMMs ({phases}) run on the CUDA cores "
-        f"({why}): run them in {target} (autocast), est. {before / target_ms:.1f}x{alternative}",
-        Suggestion("dtype", dtype, target),
-        details,
+    change = Change(
+        Suggestion("dtype", dtype, target), _retyped(covered, target),
+        f"{len(covered)} {dtype} GEMMs ({phases(covered)}) run on the CUDA cores ({why}): "
+        f"run them in {target} (autocast)",
+        (("dtype", dtype), ("suggested_dtype", target)),
     )
+    alternatives = ()
+    if dtype == "fp32" and hw.uses_tensor_cores("tf32"):
+        alternatives = (Change(Suggestion("dtype", dtype, "tf32"), _retyped(covered, "tf32"),
+                               f"keep fp32 tensors and set `{TF32_SWITCH}` (TF32 tensor cores)"),)
+    return Proposal(CODE, NAME, SEVERITY, covered, change, alternatives=alternatives)

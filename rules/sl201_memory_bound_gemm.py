@@ -11,8 +11,8 @@ rule solves for the smallest token count (the GEMM dimension that is not a
 module parameter: ``m`` of a Linear's forward) that reaches the ridge, and
 suggests it. The finding covers the module's GEMMs of every phase that share
 that token dimension. Layers too narrow to become compute-bound at any token
-count, and modules whose GEMM time is a negligible share of the step, are not
-reported.
+count are not proposed; whether the rest is worth reporting (a layer whose GEMM
+time is a negligible share of the step is not) is the reporting policy's call.
 
 The estimated speedup is a throughput gain, not a shorter step: time per token
 at the current token count over time per token at the suggested one (the step
@@ -46,27 +46,22 @@ y = layer(torch.randn(168, 1024))    # batch requests / tokens: 168 reach the ri
 
 from __future__ import annotations
 
-import re
-from dataclasses import replace
 from typing import Iterable, Sequence
 
-from shapelint.estimate import resize, total_ms
 from shapelint.hardware import Hardware
-from shapelint.records import Finding, Gemm, Suggestion
-from shapelint.rule_api import Example, RuleContext, by_module, make_finding
+from shapelint.physics.reshape import resize
+from shapelint.physics.roofline import compute_bound, ridge
+from shapelint.records import ATTN_ROLES, Change, Gemm, Proposal, Suggestion
+from shapelint.rule_api import Example, RuleContext, by_module
 
 CODE = "SL201"
 NAME = "memory-bound-gemm"
 SEVERITY = "info"
 
-#: report a GEMM whose intensity is below this fraction of the GPU's ops:byte ratio
-RIDGE_FRACTION = 1.0
-#: ignore modules (all repeats of a layer together) under this share of the step's GEMM time
-MIN_STEP_SHARE = 0.02
 #: look for the compute-bound token count up to this many tokens
 MAX_TOKENS = 1 << 24
 #: roles whose GEMM dimensions are not the token count of a weight GEMM
-SKIP_ROLES = frozenset({"attn_scores", "attn_values", "after_softmax", "conv"})
+SKIP_ROLES = ATTN_ROLES | {"after_softmax", "conv"}
 
 BAD = [
     # the guide's example at batch 1 (inference: one token per step)
@@ -95,45 +90,27 @@ GOOD = [
 ]
 
 
-def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Finding]:
-    step_ms = total_ms(gemms, hardware)
-    groups: dict[str, float] = {}
-    for g in gemms:
-        key = _glob(g.module)
-        groups[key] = groups.get(key, 0.0) + total_ms([g], hardware)
-    for module, own in by_module(g for g in gemms if g.role not in SKIP_ROLES).items():
-        if step_ms <= 0 or groups.get(_glob(module), 0.0) < MIN_STEP_SHARE * step_ms:
-            continue
+def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]:
+    for _module, own in by_module(g for g in gemms if g.role not in SKIP_ROLES).items():
         needed: dict[int, int] = {}  # tokens now -> tokens needed
         for g in own:
             if g.phase != "forward":
                 continue
-            ridge = hardware.ops_per_byte(g.dtype)
-            if g.intensity >= RIDGE_FRACTION * ridge:
-                continue
             tokens = _tokens(g)
-            if tokens is None:
+            if compute_bound(g, hardware) or tokens is None:
                 continue
-            to = _tokens_needed(g, tokens, ridge)
+            to = _tokens_needed(g, tokens, ridge(g, hardware))
             if to is not None:
                 needed[tokens] = max(to, needed.get(tokens, 0))
         for tokens, to in needed.items():
-            covered = [h for h in own if tokens in (h.m, h.n, h.k)]
-            yield _finding(covered, tokens, to, hardware)
-
-
-def _glob(module: str) -> str:
-    """``h.3.mlp`` → ``h.*.mlp``: repeated layers count together."""
-    return re.sub(r"(?<=\.)\d+(?=\.|$)", "*", module)
+            covered = tuple(h for h in own if tokens in (h.m, h.n, h.k))
+            yield _proposal(covered, tokens, to, hardware)
 
 
 def _tokens(g: Gemm) -> int | None:
     """The forward GEMM's token dimension: the first of m, n, k that is not a
     constructor parameter of the module (``m`` of a Linear)."""
-    for value in (g.m, g.n, g.k):
-        if g.param(value) is None:
-            return value
-    return None
+    return next((v for v in (g.m, g.n, g.k) if g.param(v) is None), None)
 
 
 def intensity_at(g: Gemm, tokens: int, to: int) -> float:
@@ -141,15 +118,15 @@ def intensity_at(g: Gemm, tokens: int, to: int) -> float:
     return resize(g, tokens, to).intensity
 
 
-def _tokens_needed(g: Gemm, tokens: int, ridge: float) -> int | None:
-    """The smallest token count whose intensity reaches ``ridge`` (intensity grows
+def _tokens_needed(g: Gemm, tokens: int, target: float) -> int | None:
+    """The smallest token count whose intensity reaches ``target`` (intensity grows
     with the token count); None when no count up to MAX_TOKENS does."""
-    if intensity_at(g, tokens, MAX_TOKENS) < ridge:
+    if intensity_at(g, tokens, MAX_TOKENS) < target:
         return None
-    lo, hi = tokens, MAX_TOKENS  # intensity(lo) < ridge <= intensity(hi)
+    lo, hi = tokens, MAX_TOKENS  # intensity(lo) < target <= intensity(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if intensity_at(g, tokens, mid) >= ridge:
+        if intensity_at(g, tokens, mid) >= target:
             hi = mid
         else:
             lo = mid
@@ -160,37 +137,17 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def _finding(covered: list[Gemm], tokens: int, to: int, hw: Hardware) -> Finding:
+def _proposal(covered: tuple[Gemm, ...], tokens: int, to: int, hw: Hardware) -> Proposal:
     g = next(h for h in covered if h.phase == "forward")
-    ridge = hw.ops_per_byte(g.dtype)
-    after = [resize(h, tokens, to) for h in covered]
-    # throughput: the current tokens at the larger batch's time per token
-    scale = tokens / to
-    speedup = total_ms(covered, hw) / (total_ms(after, hw) * scale)
-    f = make_finding(
-        CODE, NAME, SEVERITY, covered, after, hw,
+    ops_per_byte = ridge(g, hw)
+    after = tuple(resize(h, tokens, to) for h in covered)
+    change = Change(
+        Suggestion("batch", tokens, to), after,
         f"memory-bound at {_count(tokens, 'token')} per step: arithmetic intensity {g.intensity:.0f} FLOP/B "
-        f"< {ridge:.0f}, the GPU's {g.dtype} ops:byte ({_count(len(covered), 'GEMM')}); "
-        f"{to} tokens per step (batch x sequence) make it compute-bound "
-        f"(est. {speedup:.1f}x tokens/s on these GEMMs)",
-        Suggestion("batch", tokens, to),
-        {
-            "intensity": g.intensity,
-            "ops_per_byte": ridge,
-            "intensity_after": after[covered.index(g)].intensity,
-            "tokens": tokens,
-            "tokens_needed": to,
-            "est_speedup_kind": "throughput",
-            "est_ms_after_batch": total_ms(after, hw),
-        },
+        f"< {ops_per_byte:.0f}, the GPU's {g.dtype} ops:byte ({_count(len(covered), 'GEMM')}); "
+        f"{to} tokens per step (batch x sequence) make it compute-bound",
+        (("intensity", g.intensity), ("ops_per_byte", ops_per_byte), ("intensity_after", after[covered.index(g)].intensity),
+         ("tokens", tokens), ("tokens_needed", to)),
     )
-    after_ms = tuple(ms * scale for ms in f.detail("gemm_ms_after", ()))  # type: ignore[union-attr]
-    details = dict(f.details)
-    details["gemm_ms_after"] = after_ms
-    est_after = sum(after_ms)
-    return replace(
-        f,
-        est_ms_after=est_after,
-        est_speedup=f.est_ms / est_after if f.est_ms and est_after > 0 else None,
-        details=tuple(details.items()),
-    )
+    # throughput: the current tokens at the larger batch's time per token
+    return Proposal(CODE, NAME, SEVERITY, covered, change, gain="throughput")

@@ -4,24 +4,23 @@
 cuBLAS runs a GEMM's output tiles in waves of one tile per SM; when the tile
 count is just past a multiple of the SM count, the last wave keeps most SMs idle
 but takes as long as a full one. For every tensor-core GEMM that is already
-16-byte aligned (SL101 speaks for misaligned ones) and not attention, the rule
-takes each output dimension that is a constructor parameter of the owning
-module (vocabulary sizes are SL501's) and estimates the share of the module's
-GEMM time lost to the partial wave: the wave efficiency of the profile tile that
-wastes least (``estimate.quantization``), weighted by how much of it cuBLAS still
+16-byte aligned (SL101 speaks for misaligned ones), compute-bound and not
+attention, the rule takes each output dimension that is a constructor parameter
+of the owning module (vocabulary sizes are SL501's) and the share of those GEMMs'
+math lost to the partial wave: the wave efficiency of the profile tile that
+wastes least (``physics.quantization``), weighted by how much of it cuBLAS still
 pays on this architecture (``Hardware.wave_weight``: 1.0 on Volta/Turing, 0.35
-on Hopper, whose stream-K kernels hide most of it). When that share and the
-estimated gain of the fix both reach ``min_loss`` (5% by default) it suggests
-the nearest larger size (multiples of the alignment, up to MAX_GROWTH more) that
-fills the waves (``estimate.best_size``), and mentions the nearest smaller one.
-Sizes that SL202 already reports (partial tiles) are left to it.
+on Hopper, whose stream-K kernels hide most of it). When that share reaches
+MIN_WASTE it proposes a larger size (multiples of the alignment, up to
+MAX_GROWTH more) that fills the waves, and names the nearest smaller one. When
+a size also leaves partial tiles, SL202 may propose the same change; the report
+keeps the one that saves more.
 
-As for SL202, a larger size never runs faster: the estimate is per unit of work
+As for SL202, a larger size never runs faster: the gain is per unit of work
 (``"est_speedup_kind": "throughput"``: ``est_ms_after`` is the current work at the
-resized GEMMs' FLOP rate; ``ms_after_wall`` the resized layer's own time,
-``smaller_speedup`` the wall-clock gain of the smaller size). The token count is
-part of the tile count, so a finding holds for the batch and sequence length
-linted.
+resized GEMMs' FLOP rate); the smaller size's gain is in wall-clock time. The
+token count is part of the tile count, so a finding holds for the batch and
+sequence length linted.
 
 ## Why is this bad?
 NVIDIA's *Matrix Multiplication Background* guide: an A100 has 108 SMs; a
@@ -52,9 +51,8 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from shapelint.hardware import Hardware
-from shapelint.records import Finding, Gemm
-from shapelint.rule_api import Example, RuleContext
-from shapelint.rules import sl202_tile_quantization as sl202
+from shapelint.records import Gemm, Proposal
+from shapelint.rule_api import Example, RuleContext, quantization_proposals
 
 CODE = "SL203"
 NAME = "wave-quantization"
@@ -62,6 +60,8 @@ SEVERITY = "warning"
 
 #: look for a wave-filling size up to this fraction above the current one
 MAX_GROWTH = 0.25
+#: least share of a layer's math lost to the partial last wave worth a proposal
+MIN_WASTE = 0.02
 
 BAD = [
     # V100 (80 SMs), 2048 tokens: the forward output is 64 tiles of 128x128, one wave with 16 SMs idle
@@ -83,24 +83,12 @@ GOOD = [
 ]
 
 
-def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Finding]:
-    tiled = {(f.module, f.suggestion.from_) for f in sl202.check(gemms, hardware, context) if f.suggestion}
-
-    def search(value: int) -> int:
-        return int(value * (1 + MAX_GROWTH))
-
-    def span(value: int) -> int:
-        return int(value * MAX_GROWTH)
-
-    def skip(covered: list[Gemm], value: int) -> bool:
-        return (covered[0].module, value) in tiled
-
-    def describe(covered: list[Gemm], value: int, to: int) -> str:
-        param = covered[0].param(value) or "size"
-        waste = sl202.waste_share(covered, hardware, "wave")
+def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]:
+    def describe(covered: Sequence[Gemm], param: str, value: int, to: int, waste: float) -> str:
         return (f"{param} = {value} leaves the last wave of tiles over the {hardware.sms} SMs partly empty "
-                f"in {len(covered)} GEMMs: {100 * waste:.0f}% of their time; {to} fills the waves "
-                f"({sl202.growth(covered, value, to, hardware)})")
+                f"in {len(covered)} GEMMs: {100 * waste:.0f}% of their math; {to} fills the waves "
+                f"(+{round(100 * (to / value - 1))}% width)")
 
-    return sl202.quantization_findings(CODE, NAME, SEVERITY, "wave", gemms, hardware, context,
-                                       search, span, describe, skip)
+    return quantization_proposals(CODE, NAME, SEVERITY, "wave", MIN_WASTE, gemms, hardware, context,
+                                  lambda value: int(value * (1 + MAX_GROWTH)), lambda value: int(value * MAX_GROWTH),
+                                  describe)

@@ -4,8 +4,8 @@
 Checks every fused attention (``F.scaled_dot_product_attention``: the GEMMs with
 roles ``attn_scores``/``attn_values``) for a head dimension that is not a multiple
 of 16 bytes (8 elements in bf16/fp16) or, in bf16/fp16, above 256. It suggests the
-next multiple of 8 that the estimator finds as fast as any larger one (or, above
-256, splitting each head), and names the way to keep the hidden size instead
+next multiple of 8 (the pricer picks the one as fast as any larger) or, above
+256, splitting each head, and names the way to keep the hidden size instead
 (more or fewer heads).
 
 ## Why is this bad?
@@ -26,8 +26,8 @@ The estimate models a misaligned head dimension with the profile's
 ``attention_misaligned_efficiency`` (0.44 of the fused rate on Hopper, from the
 head_dim 100 against 104 measurement above: 2.24x estimated for 100 → 104 against
 2.27x and 2.45x measured without a mask) and, above 256, the unfused math kernel;
-the message also gives the math-kernel estimate that applies when an
-``attn_mask`` is passed (measured 7.6x).
+the details also give the math-kernel estimate (``math_kernel_ms``) that applies
+when an ``attn_mask`` is passed (measured 7.6x).
 
 ## Example
 ```python
@@ -47,32 +47,19 @@ from dataclasses import replace
 from math import ceil
 from typing import Iterable, Sequence
 
-from shapelint.estimate import best_size, resize, total_ms
 from shapelint.hardware import Hardware
-from shapelint.records import Finding, Gemm, Operand, Suggestion
-from shapelint.rule_api import Example, RuleContext, by_module, graded, make_finding
-from shapelint.rules.sl302_materialized_attention import softmax_traffic_ms
+from shapelint.physics.attention import (
+    FLASH_DTYPE_BYTES, HEAD_DIM_PARAMS, HEADS_PARAMS, MAX_FUSED_HEAD_DIM, head_dim, is_fused, math_kernel, per_head)
+from shapelint.physics.reshape import resize
+from shapelint.records import Change, Dim, Gemm, Proposal, SizeSearch, Suggestion, Work
+from shapelint.rule_api import Example, RuleContext, by_module
 
 CODE = "SL301"
 NAME = "attention-head-dim"
 SEVERITY = "error"
 
-#: below this estimated speedup a finding is a warning, not an error
-ERROR_SPEEDUP = 1.25
-#: largest head dimension PyTorch's flash / cuDNN attention kernels take (bf16/fp16)
-MAX_FUSED_HEAD_DIM = 256
-#: element size of the dtypes the flash / cuDNN kernels run (bf16, fp16)
-FLASH_DTYPE_BYTES = 2
 #: search for the padded head dimension up to the next multiple of this many elements
 SEARCH_SPAN = 64
-#: the dtype PyTorch's math attention kernel computes half-precision inputs in
-#: (torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp is False by default)
-MATH_DTYPE = "fp32"
-#: owning-module attributes that hold the head dimension / the number of heads
-HEAD_DIM_PARAMS = ("head_dim", "head_size", "attention_head_size", "d_head", "dim_head", "kv_channels")
-HEADS_PARAMS = ("num_heads", "num_attention_heads", "n_head", "n_heads", "nhead", "heads")
-
-ATTN_ROLES = ("attn_scores", "attn_values")
 
 _MHA = "nn.MultiheadAttention({}, {}, batch_first=True)"
 _QKV = ("dict(query=torch.randn({b}, {t}, {d}), key=torch.randn({b}, {t}, {d}), "
@@ -95,60 +82,18 @@ GOOD = [
 ]
 
 
-def head_dim(g: Gemm) -> int:
-    """The head dimension a fused attention GEMM runs with: the k of the GEMMs that
-    produce scores (QKᵀ, dP), the n of those that read them (PV, dV, dQ, dK)."""
-    return g.k if g.role == "attn_scores" else g.n
-
-
-def _per_head(op: Operand, d: int) -> Operand:
-    """``op`` as the kernel reads it when each head's rows are ``d`` elements apart."""
-    if not op.in_memory or d not in (op.rows, op.cols):
-        return op
-    return Operand(op.rows, op.cols, d, op.transposed, op.copied,
-                   batch_stride=op.rows * op.cols if op.batch_stride else 0)
-
-
-def per_head(g: Gemm, d: int) -> Gemm:
-    """The GEMM with the head-dimension operands read as rows of ``d`` elements: how a
-    kernel that does not take this head dimension natively sees them."""
-    return replace(g, a=_per_head(g.a, d), b=_per_head(g.b, d), out=_per_head(g.out, d))
-
-
-def _in_memory(op: Operand) -> Operand:
-    if op.in_memory:
-        return op
-    return Operand(op.rows, op.cols, op.cols, batch_stride=op.rows * op.cols)
-
-
-def math_kernel_ms(call: Sequence[Gemm], hw: Hardware) -> float:
-    """Estimated time of the same attention on PyTorch's math kernel: plain batched
-    GEMMs in fp32 with the scores in memory (no QKᵀ recompute in backward), plus the
-    softmax passes over the fp32 score matrix."""
-    unfused = [replace(g, dtype=MATH_DTYPE, role="", a=_in_memory(g.a), b=_in_memory(g.b), out=_in_memory(g.out))
-               for g in call if not g.op.endswith("qk_recompute")]
-    qk = next((g for g in call if g.role == "attn_scores"), call[0])
-    training = any(g.phase in ("grad_input", "grad_weight") for g in call)
-    score_elems = qk.batch * qk.m * qk.n
-    return total_ms(unfused, hw) + softmax_traffic_ms(score_elems, unfused[0].dtype_bytes, training, hw)
-
-
-def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Finding]:
+def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]:
     for gs in by_module(gemms).values():
         calls: dict[tuple[int, int, str], list[Gemm]] = {}
         for g in gs:
-            if g.role in ATTN_ROLES and g.op.startswith("sdpa.") and hardware.uses_tensor_cores(g.dtype):
+            if is_fused(g) and hardware.uses_tensor_cores(g.dtype):
                 calls.setdefault((g.batch, head_dim(g), g.dtype), []).append(g)
         for (_, d, _), call in calls.items():
             align = hardware.align_elems(call[0].dtype_bytes)
             if d > MAX_FUSED_HEAD_DIM and call[0].dtype_bytes == FLASH_DTYPE_BYTES:
-                f = _too_large(call, d, hardware)
+                yield _too_large(tuple(call), d, align)
             elif d % align:
-                f = _misaligned(call, d, align, hardware)
-            else:
-                continue
-            if f.est_speedup is not None and 1 - 1 / f.est_speedup >= context.min_loss:
-                yield graded(f, ERROR_SPEEDUP)
+                yield _misaligned(tuple(call), d, align)
 
 
 def _param(g: Gemm, names: tuple[str, ...], value: int | None = None) -> tuple[str, int] | None:
@@ -170,63 +115,52 @@ def _keep_width(d: int, heads: int, align: int) -> tuple[int, int] | None:
     return hidden // best, best
 
 
-def _with_before(f: Finding, before_ms: float, extra: dict[str, object]) -> Finding:
-    """The finding with the estimated time before the change set to ``before_ms``
-    (the GEMM records show the kernel PyTorch would not run)."""
-    after = f.est_ms_after or 0.0
-    details = dict(f.details)
-    details.update(extra)
-    details["recorded_ms"] = f.est_ms
-    return replace(f, est_ms=before_ms, est_speedup=before_ms / after if after else None,
-                   details=tuple(details.items()))
-
-
-def _misaligned(call: list[Gemm], d: int, align: int, hw: Hardware) -> Finding:
+def _misaligned(call: tuple[Gemm, ...], d: int, align: int) -> Proposal:
     g = call[0]
-    before = [per_head(h, d) for h in call]
-    to = best_size(d, lambda c: total_ms((resize(h, d, c) for h in before), hw), align, search=SEARCH_SPAN)
+    # the records show the head dimension as given; the kernels pad it (per-head rows of d)
+    now = tuple(per_head(h, d) for h in call)
     named = _param(g, HEAD_DIM_PARAMS, d)
     param = named[0] if named else (g.param(d) or "head_dim")
     heads = _param(g, HEADS_PARAMS)
     alt = _keep_width(d, heads[1], align) if heads else None
     alt_text = (f"; to keep the hidden size {heads[1] * d}, use {heads[0]} = {alt[0]} (head_dim {alt[1]})"
                 if heads and alt else "")
-    math_ms = math_kernel_ms(call, hw)
-    f = make_finding(
-        CODE, NAME, SEVERITY, call, [resize(h, d, to) for h in before], hw,
-        f"head_dim = {d} is not a multiple of {align}: PyTorch's cuDNN / memory-efficient attention "
-        f"kernels refuse it, flash pads it, and with an attn_mask the math kernel runs "
-        f"(scores materialised in fp32, est. {math_ms:.3g} ms){alt_text}",
-        Suggestion(param, d, to),
-        {"head_dim": d, "align_elems": align, "seq_q": g.m, "seq_k": g.n,
-         "alt_num_heads": alt[0] if alt else None, "alt_head_dim": alt[1] if alt else None},
-    )
-    return _with_before(f, total_ms(before, hw), {"math_kernel_ms": math_ms})
+
+    def at(sizes: tuple[int, ...]) -> Change:
+        (to,) = sizes
+        return Change(
+            Suggestion(param, d, to), tuple(resize(h, d, to) for h in now),
+            f"head_dim = {d} is not a multiple of {align}: PyTorch's cuDNN / memory-efficient attention "
+            f"kernels refuse it, flash pads it, and with an attn_mask the math kernel runs "
+            f"(scores materialised in fp32){alt_text}",
+            (("head_dim", d), ("align_elems", align), ("seq_q", g.m), ("seq_k", g.n),
+             ("alt_num_heads", alt[0] if alt else None), ("alt_head_dim", alt[1] if alt else None)),
+        )
+
+    return Proposal(CODE, NAME, SEVERITY, call, SizeSearch((Dim(d, align, SEARCH_SPAN),), at),
+                    now=Work(now), references=(("math_kernel", math_kernel(call)),))
 
 
-def _too_large(call: list[Gemm], d: int, hw: Hardware) -> Finding:
+def _too_large(call: tuple[Gemm, ...], d: int, align: int) -> Proposal:
     g = call[0]
-    align = hw.align_elems(g.dtype_bytes)
     split = ceil(d / MAX_FUSED_HEAD_DIM)
-
-    def after(c: int) -> list[Gemm]:
-        return [replace(resize(h, d, c), batch=h.batch * split) for h in call]
-
-    to = best_size(ceil(d / split), lambda c: total_ms(after(c), hw), align, search=SEARCH_SPAN)
-    to = min(to, MAX_FUSED_HEAD_DIM)
     heads = _param(g, HEADS_PARAMS)
     named = _param(g, HEAD_DIM_PARAMS, d)
-    if heads:
-        suggestion = Suggestion(heads[0], heads[1], heads[1] * split)
-    else:
-        suggestion = Suggestion(named[0] if named else (g.param(d) or "head_dim"), d, to)
-    math_ms = math_kernel_ms(call, hw)
-    f = make_finding(
-        CODE, NAME, SEVERITY, call, after(to), hw,
-        f"head_dim = {d} is above {MAX_FUSED_HEAD_DIM}: no flash / cuDNN attention kernel takes it, so "
-        f"PyTorch runs the memory-efficient or math kernel; split each head in {split} "
-        f"(head_dim {to}, {split}x the heads)",
-        suggestion,
-        {"head_dim": d, "head_dim_after": to, "head_split": split, "seq_q": g.m, "seq_k": g.n},
-    )
-    return _with_before(f, math_ms, {"math_kernel_ms": math_ms})
+
+    def at(sizes: tuple[int, ...]) -> Change:
+        to = min(sizes[0], MAX_FUSED_HEAD_DIM)
+        if heads:
+            suggestion = Suggestion(heads[0], heads[1], heads[1] * split)
+        else:
+            suggestion = Suggestion(named[0] if named else (g.param(d) or "head_dim"), d, to)
+        return Change(
+            suggestion, tuple(replace(resize(h, d, to), batch=h.batch * split) for h in call),
+            f"head_dim = {d} is above {MAX_FUSED_HEAD_DIM}: no flash / cuDNN attention kernel takes it, so "
+            f"PyTorch runs the memory-efficient or math kernel; split each head in {split} "
+            f"(head_dim {to}, {split}x the heads)",
+            (("head_dim", d), ("head_dim_after", to), ("head_split", split), ("seq_q", g.m), ("seq_k", g.n)),
+        )
+
+    math = math_kernel(call)
+    return Proposal(CODE, NAME, SEVERITY, call, SizeSearch((Dim(ceil(d / split), align, SEARCH_SPAN),), at),
+                    now=math, references=(("math_kernel", math),))

@@ -52,11 +52,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable, Sequence
 
-from shapelint.estimate import copy_bytes
 from shapelint.hardware import Hardware
-from shapelint.records import Finding, Gemm, Suggestion
-from shapelint.rule_api import Example, RuleContext, make_finding
-from shapelint.rules.sl401_conv_channels import ConvCall, conv_calls, misaligned_channels
+from shapelint.physics.conv import ConvCall, conv_calls, misaligned_channels
+from shapelint.records import Change, Gemm, Proposal, Suggestion
+from shapelint.rule_api import Example, RuleContext
 
 CODE = "SL402"
 NAME = "conv-channels-last"
@@ -101,31 +100,26 @@ def _nchw(members: Sequence[Gemm]) -> bool:
     return any(op.copied for g in members for op in (g.a, g.b, g.out))
 
 
-def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Finding]:
+def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]:
     flagged: list[tuple[ConvCall, list[Gemm]]] = []
     for call, members in conv_calls(gemms):
         g = members[0]
-        if not hardware.uses_tensor_cores(g.dtype) or not _nchw(members):
+        if not hardware.uses_tensor_cores(g.dtype) or not _nchw(members) or call.depthwise:
             continue
-        if call.in_channels // call.groups == 1 or call.out_channels // call.groups == 1:
-            continue  # depthwise: no tensor-core GEMM (PyTorch's own kernels take NCHW)
         if misaligned_channels(call, hardware.align_elems(g.dtype_bytes)):
             continue  # SL401: pad first
         flagged.append((call, members))
     if not flagged:
         return
-    covered = [g for _, members in flagged for g in members]
+    covered = tuple(g for _, members in flagged for g in members)
     modules = list(dict.fromkeys(call.module for call, _ in flagged))
     shown = ", ".join(modules[:MODULES_SHOWN]) + (f" and {len(modules) - MODULES_SHOWN} more"
                                                   if len(modules) > MODULES_SHOWN else "")
-    copied = sum(copy_bytes(g) for g in covered)
-    f = make_finding(
-        CODE, NAME, SEVERITY, covered, channels_last, hardware,
+    yield Proposal(CODE, NAME, SEVERITY, covered, Change(
+        Suggestion("memory_format", "contiguous", "channels_last"),
+        tuple(channels_last(g) for g in covered),
         f"{len(modules)} convolution{'s' if len(modules) > 1 else ''} ({shown}) run on NCHW tensors: cuDNN "
         f"transposes their activations to NHWC for the tensor cores on every call; convert the model and "
         f"its inputs with .to(memory_format=torch.channels_last)",
-        Suggestion("memory_format", "contiguous", "channels_last"),
-        {"modules": modules, "copy_bytes": copied},
-    )
-    if f.est_speedup is not None and 1 - 1 / f.est_speedup >= context.min_loss:
-        yield f
+        (("modules", modules), ("copy_bytes", sum(g.copy_bytes for g in covered))),
+    ))

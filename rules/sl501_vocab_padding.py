@@ -3,7 +3,7 @@
 ## What it does
 Finds the GEMMs of a language model's output layer (a Linear or tied embedding
 whose size is the vocabulary of an ``nn.Embedding`` in the model) and suggests the
-smallest padded vocabulary that the estimator says reaches (nearly) the best time,
+smallest padded vocabulary that the pricer finds reaches (nearly) the best time,
 divisible by the tensor-parallel degree. It notes what padding costs (parameters,
 memory) and what it needs: tied weights grow with it, and the loss must ignore
 the padded rows.
@@ -33,17 +33,15 @@ from typing import Iterable, Sequence
 import torch
 import torch.nn as nn
 
-from shapelint.estimate import best_size, resize, total_ms
 from shapelint.hardware import Hardware, ceil_div
-from shapelint.records import Finding, Gemm, Suggestion
-from shapelint.rule_api import Example, RuleContext, graded, make_finding
+from shapelint.physics.reshape import resize
+from shapelint.records import Change, Dim, Gemm, Proposal, SizeSearch, Suggestion
+from shapelint.rule_api import Example, RuleContext, phases
 
 CODE = "SL501"
 NAME = "vocab-padding"
 SEVERITY = "error"
 
-#: below this estimated speedup a finding is a warning, not an error
-ERROR_SPEEDUP = 1.25
 #: search for the padded vocabulary up to the next multiple of this many entries
 SEARCH_SPAN = 256
 #: module parameters that give the width of one vocabulary row
@@ -72,45 +70,38 @@ def _vocab_dim(g: Gemm, vocab: int, tp: int) -> int | None:
     return None
 
 
-def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Finding]:
+def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]:
     for vocab in sorted(context.vocab_sizes):
         heads: dict[str, list[Gemm]] = {}
         for g in gemms:
             if hardware.uses_tensor_cores(g.dtype) and g.role == "" and _vocab_dim(g, vocab, context.tp):
                 heads.setdefault(g.module, []).append(g)
-        for module, covered in heads.items():
-            finding = _finding(covered, vocab, hardware, context)
-            if finding is not None:
-                yield finding
+        for covered in heads.values():
+            yield _proposal(tuple(covered), vocab, hardware, context)
 
 
-def _finding(covered: list[Gemm], vocab: int, hw: Hardware, context: RuleContext) -> Finding | None:
+def _proposal(covered: tuple[Gemm, ...], vocab: int, hw: Hardware, context: RuleContext) -> Proposal:
     g = covered[0]
     tp = context.tp
     shard = _vocab_dim(g, vocab, tp) or vocab
-
-    def after(size: int) -> list[Gemm]:
-        return [resize(h, shard, ceil_div(size, tp) if shard != vocab else size) for h in covered]
-
-    align = hw.align_elems(g.dtype_bytes)
-    to = best_size(vocab, lambda c: total_ms(after(c), hw), align, search=SEARCH_SPAN, must_divide=tp)
-    if to == vocab:
-        return None
     width = next((v for k, v in g.module_params if k in WIDTH_PARAMS), 0)
-    extra = (to - vocab) * width
     param = g.param(vocab) or "vocab_size"
-    shard_note = f" ({to // tp} per GPU at tp={tp})" if tp > 1 else ""
-    f = make_finding(
-        CODE, NAME, SEVERITY, covered, after(to), hw,
-        f"vocabulary {vocab} in {len(covered)} {g.dtype} GEMMs ({'/'.join(sorted({h.phase for h in covered}))}); "
-        f"pad to {to}{shard_note}: +{extra:,} parameters; tied embeddings grow with it, and the loss must "
-        f"ignore the padded logits (slice them off or set them to -inf)",
-        Suggestion(param, vocab, to),
-        {"vocab": vocab, "extra_rows": to - vocab, "extra_params": extra, "tp": tp},
-    )
-    if (f.est_speedup or 1.0) < 1.0 + context.min_loss:
-        return None
-    return graded(f, ERROR_SPEEDUP)
+
+    def at(sizes: tuple[int, ...]) -> Change:
+        (to,) = sizes
+        extra = (to - vocab) * width
+        shard_note = f" ({to // tp} per GPU at tp={tp})" if tp > 1 else ""
+        return Change(
+            Suggestion(param, vocab, to),
+            tuple(resize(h, shard, ceil_div(to, tp) if shard != vocab else to) for h in covered),
+            f"vocabulary {vocab} in {len(covered)} {g.dtype} GEMMs ({phases(covered)}); "
+            f"pad to {to}{shard_note}: +{extra:,} parameters; tied embeddings grow with it, and the loss must "
+            f"ignore the padded logits (slice them off or set them to -inf)",
+            (("vocab", vocab), ("extra_rows", to - vocab), ("extra_params", extra), ("tp", tp)),
+        )
+
+    dim = Dim(vocab, hw.align_elems(g.dtype_bytes), SEARCH_SPAN, tp)
+    return Proposal(CODE, NAME, SEVERITY, covered, SizeSearch((dim,), at))
 
 
 class TinyLM(nn.Module):

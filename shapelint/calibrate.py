@@ -20,10 +20,10 @@ from typing import Any, Callable
 import yaml
 
 from shapelint.errors import ShapelintError
-from shapelint.estimate import gemm_time
+from shapelint.price.gemm import gemm_time
 from shapelint.gemm_shapes import matrix
 from shapelint.hardware import PROFILE_DIR, Hardware, profile_from_dict
-from shapelint.records import Gemm
+from shapelint.records import TORCH_DTYPE_NAMES, Gemm
 
 PEAK_SHAPES = {"bf16": 8192, "fp16": 8192, "tf32": 8192, "fp32": 4096}
 #: dtype -> (element bytes, {aligned bytes: K that has that alignment}) against K = 4096
@@ -47,7 +47,7 @@ def measure(timer: Callable[[Callable[[], object]], list[float]], log: Callable[
 
     def mm_ms(m: int, n: int, k: int, dtype: str) -> float:
         torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+        dt = getattr(torch, TORCH_DTYPE_NAMES[dtype])
         a = torch.randn(m, k, device="cuda", dtype=dt)
         b = torch.randn(k, n, device="cuda", dtype=dt)
         return statistics.median(timer(lambda: torch.mm(a, b)))
@@ -55,7 +55,7 @@ def measure(timer: Callable[[Callable[[], object]], list[float]], log: Callable[
     def linear_ms(m: int, n: int, k: int, dtype: str) -> float:
         """y = x Wᵀ as nn.Linear runs it: W is [n, k], so B is column-major."""
         torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+        dt = getattr(torch, TORCH_DTYPE_NAMES[dtype])
         x = torch.randn(m, k, device="cuda", dtype=dt)
         w = torch.randn(n, k, device="cuda", dtype=dt)
         return statistics.median(timer(lambda: torch.mm(x, w.t())))

@@ -7,15 +7,16 @@ import os
 import re
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any, NoReturn, Sequence
 
 from shapelint import __version__
-from shapelint.config import DTYPES, FORMATS, Config
 from shapelint.errors import ShapelintError
+from shapelint.settings import Settings, add_flags, default, from_args, merged
 
 if TYPE_CHECKING:
+    from shapelint.config import Config
     from shapelint.lint import Options
+    from shapelint.rule_api import Rule
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,43 +24,7 @@ class _Parser(argparse.ArgumentParser):
         raise ShapelintError(message)
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number at least 0 and below 1, got {text}")
-    return value
-
-
-def _codes(text: str) -> list[str]:
-    return [c.strip() for c in text.split(",") if c.strip()]
-
-
 def build_parser() -> argparse.ArgumentParser:
-    # Every option that a configuration file can also set defaults to None ("not
-    # given"), so that the file's value applies unless the flag is on the command line.
     p = _Parser(
         prog="shapelint",
         description="Find the layer shapes that waste your GPU: every GEMM of the forward and backward "
@@ -71,33 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="model.py (defining shapelint_model()), a Hugging Face config.json, a shapelint "
                         "YAML, or a directory of configs")
-    p.add_argument("--gpu", metavar="NAME", help="GPU profile (default: the local CUDA GPU, else h100)")
+    add_flags(p)  # every setting a configuration file can also set (shapelint.settings)
     p.add_argument("--gpu-profile", metavar="FILE", help="a GPU profile YAML (e.g. from `shapelint calibrate`)")
-    p.add_argument("--dtype", choices=DTYPES,
-                   help="compute precision of the matmuls, as autocast runs them (default bf16)")
-    p.add_argument("--inference", action=argparse.BooleanOptionalAction, default=None,
-                   help="forward only (default: forward and backward); --no-inference undoes a config's "
-                        "inference = true")
-    p.add_argument("--batch", type=_positive, help="batch size for config targets (default 8)")
-    p.add_argument("--seq", type=_positive, help="sequence length for config targets (default 1024)")
-    p.add_argument("--tp", type=_positive, default=None,
-                   help="tensor-parallel degree (Megatron-style sharding; default 1)")
-    p.add_argument("--format", choices=FORMATS, default=None,
-                   help="report format: text, json, sarif (GitHub code scanning), github (workflow "
-                        "annotations); default text")
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
-    p.add_argument("--select", type=_codes, default=None, metavar="CODES",
-                   help="only these rule codes/prefixes/names, comma-separated")
-    p.add_argument("--ignore", type=_codes, default=None, metavar="CODES",
-                   help="skip these rule codes/prefixes/names, comma-separated")
-    p.add_argument("--min-speedup", type=_positive_float, default=None, metavar="X",
-                   help="report findings whose estimated speedup is at least X (default: the linter's built-in "
-                        "threshold)")
-    p.add_argument("--min-loss", type=_fraction, default=None, metavar="X",
-                   help="least estimated loss (fraction of a layer's GEMM time) rules report (default 0.05)")
     p.add_argument("--rules-dir", action="append", default=[], metavar="DIR", help="load extra rule modules")
-    p.add_argument("--exit-zero", action=argparse.BooleanOptionalAction, default=None,
-                   help="exit 0 even with findings (errors still exit 2)")
     p.add_argument("--statistics", action="store_true",
                    help="after the report, print the number of findings per rule code")
     p.add_argument("--show-suppressed", action="store_true",
@@ -155,24 +97,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from shapelint import engine, hardware
+    from shapelint import check, hardware
     from shapelint.config import load_config
 
     if args.config and args.no_config:
         raise ShapelintError("--config and --no-config exclude each other")
     cfg = load_config(args.config, search=not args.no_config)
-    all_rules = engine.load_rules(args.rules_dir)
+    flags = from_args(args)
+    given = merged(flags, cfg)
+    all_rules = check.load_rules(args.rules_dir)
     _check_config_codes(cfg, all_rules)
-    select = args.select if args.select is not None else (cfg.select or [])
-    ignore = args.ignore if args.ignore is not None else (cfg.ignore or [])
-    rules = engine.select_rules(all_rules, select, ignore)
+    rules = check.select_rules(all_rules, given.select or [], given.ignore or [])
     if args.list_rules:
-        for mod in rules:
-            print(f"{mod.CODE}  {mod.NAME:32} {engine.rule_summary(mod)}")
+        for rule in rules:
+            print(f"{rule.code}  {rule.name:32} {rule.summary}")
         return 0
     if not args.targets:
         raise ShapelintError("no target given (try: shapelint examples/mlp.py)")
-    fmt = args.format or cfg.format or "text"
+    fmt = _or_default(given.format, "format")
     if args.plot:
         from shapelint.report import plot
 
@@ -180,7 +122,7 @@ def _run(argv: list[str]) -> int:
         plot.require_matplotlib()
     # None: each target's own `gpu` setting (YAML), else the config's, else the local GPU, else h100
     cli_hw = hardware.load_profile_file(args.gpu_profile) if args.gpu_profile else (
-        hardware.resolve(args.gpu) if args.gpu else None)
+        hardware.resolve(args.gpu) if args.gpu is not None else None)
     cfg_hw = hardware.resolve(cfg.gpu) if cfg.gpu else None
 
     from shapelint import suppress
@@ -195,7 +137,7 @@ def _run(argv: list[str]) -> int:
     results = []
     for path in paths:
         own = _target_settings(path)
-        opts = _options(args, cfg, own)
+        opts = _options(flags, cfg, own, args.dump_graph)
         hw = cli_hw or (None if "gpu" in own else cfg_hw)
         r = lint_target(path, opts, hw, rules)
         findings = [f for f in r.findings if not module_ignored(f, cfg.per_module_ignores)]
@@ -215,7 +157,7 @@ def _run(argv: list[str]) -> int:
     from shapelint.verify import confirmed
 
     count = sum(1 for r in results for f in r.findings if not f.suppressed and confirmed(f))
-    exit_zero = args.exit_zero if args.exit_zero is not None else bool(cfg.exit_zero)
+    exit_zero = _or_default(given.exit_zero, "exit-zero")
     return 1 if count and not exit_zero else 0
 
 
@@ -250,7 +192,7 @@ def _verify(results: list, args: argparse.Namespace) -> list:
                     yield i
                     progress.advance(task)
 
-            threshold = max(r.min_speedup, 1.0)
+            threshold = max(r.policy.min_speedup, 1.0)
             checked = verify.verify(r.findings, r.capture.gemms, r.hardware, threshold, progress=step)
             out.append(with_findings(r, checked))
     return out
@@ -262,43 +204,49 @@ def _stderr_console():  # type: ignore[no-untyped-def]
     return Console(stderr=True)
 
 
-def _options(args: argparse.Namespace, cfg: Config, own: set[str]) -> Options:
+def _options(flags: Settings, cfg: Config, own: set[str], dump_graph: str | None) -> Options:
     """One target's options: a flag, else the target's own setting (``own``: the keys
     its YAML sets, left None here so that the target's value applies), else the
-    configuration file, else the built-in default."""
-
-    def pick(flag: Any, key: str, setting: str | None = None) -> Any:
-        if flag is not None:
-            return flag
-        return None if (setting or key) in own else getattr(cfg, key)
-
+    configuration file, else the built-in default (applied by ``lint_target``)."""
     from shapelint.lint import Options
+    from shapelint.price import Policy
 
-    inference = pick(args.inference, "inference", "training")
-    defaults = Options()
+    fixed = merged(flags, cfg)  # the settings a target cannot set
+
+    def pick(attr: str, setting: str | None = None) -> Any:
+        value = getattr(flags, attr)
+        if value is not None:
+            return value
+        return None if (setting or attr) in own else getattr(cfg, attr)
+
+    inference = pick("inference", "training")
     return Options(
-        dtype=pick(args.dtype, "dtype"),
+        dtype=pick("dtype"),
         training=None if inference is None else not inference,
-        batch=pick(args.batch, "batch"),
-        seq=pick(args.seq, "seq"),
-        tp=pick(args.tp, "tp") or 1,
-        dump_graph=args.dump_graph,
-        min_loss=next(v for v in (args.min_loss, cfg.min_loss, defaults.min_loss) if v is not None),
-        min_speedup=next(v for v in (args.min_speedup, cfg.min_speedup, defaults.min_speedup) if v is not None),
+        batch=pick("batch"),
+        seq=pick("seq"),
+        tp=pick("tp"),
+        dump_graph=dump_graph,
+        policy=Policy(**{key.replace("-", "_"): _or_default(getattr(fixed, key.replace("-", "_")), key)
+                         for key in ("min-loss", "min-speedup", "min-step-share")}),
     )
 
 
-def _check_config_codes(cfg: Config, rules: Sequence[ModuleType]) -> None:
+def _or_default(value: Any, key: str) -> Any:
+    return value if value is not None else default(key)
+
+
+def _check_config_codes(cfg: Config, rules: Sequence[Rule]) -> None:
     """Unknown rule codes in the configuration file: an error naming the file and line."""
-    from shapelint import engine
+    from shapelint import check
 
     if cfg.file is None:
         return
     checks = [("select", cfg.select or []), ("ignore", cfg.ignore or [])]
-    checks += [("per-module-ignores", codes) for codes in cfg.per_module_ignores.values()]
+    checks += [("per-module-ignores", codes) for codes in (cfg.per_module_ignores or {}).values()]
     for key, codes in checks:
         try:
-            engine.select_rules(rules, codes, [])
+            check.select_rules(rules, codes, [])
         except ShapelintError as exc:
             raise ShapelintError(f"{cfg.where(key)}: {key}: {exc}") from None
 
@@ -345,7 +293,7 @@ def _looks_like_target(path: Path) -> bool:
     return False
 
 
-def _write(results: list, args: argparse.Namespace, fmt: str, rules: Sequence[ModuleType]) -> None:
+def _write(results: list, args: argparse.Namespace, fmt: str, rules: Sequence[Rule]) -> None:
     if fmt == "json":
         from shapelint.report import json_report
 

@@ -26,6 +26,7 @@ Keys (``min-speedup`` may also be spelled ``min_speedup``, and so on)::
     ignore = ["SL102"]
     min-speedup = 1.05           # > 0
     min-loss = 0.05              # 0 <= x < 1
+    min-step-share = 0.01        # 0 <= x < 1
     format = "text"              # text | json | sarif | github
     exit-zero = false
     inference = false
@@ -50,51 +51,17 @@ from typing import Any, Iterable, Sequence
 
 from shapelint.errors import ShapelintError
 from shapelint.files import parse_json, parse_toml, parse_yaml, read_text
-
-#: compute precisions a user may ask for (``--dtype`` and the ``dtype`` key)
-DTYPES = ("bf16", "fp16", "fp32", "tf32")
-#: report formats (``--format`` and the ``format`` key)
-FORMATS = ("text", "json", "sarif", "github")
+from shapelint.settings import BY_KEY, DTYPES, FORMATS, Settings, canonical, describe, validate
 
 YAML_NAMES = (".shapelint.yaml", ".shapelint.yml")
 PYPROJECT = "pyproject.toml"
 
-#: key -> kind of value; the canonical spelling uses hyphens
-KEYS: dict[str, str] = {
-    "gpu": "str",
-    "dtype": "dtype",
-    "batch": "positive",
-    "seq": "positive",
-    "tp": "positive",
-    "select": "codes",
-    "ignore": "codes",
-    "per-module-ignores": "per-module",
-    "min-speedup": "speedup",
-    "min-loss": "fraction",
-    "format": "format",
-    "exit-zero": "bool",
-    "inference": "bool",
-}
 
-
-@dataclass
-class Config:
+@dataclass(frozen=True)
+class Config(Settings):
     """Settings read from a configuration file (None: the file does not set it)."""
 
     file: str | None = None
-    gpu: str | None = None
-    dtype: str | None = None
-    batch: int | None = None
-    seq: int | None = None
-    tp: int | None = None
-    select: list[str] | None = None
-    ignore: list[str] | None = None
-    per_module_ignores: dict[str, list[str]] = field(default_factory=dict)
-    min_speedup: float | None = None
-    min_loss: float | None = None
-    format: str | None = None
-    exit_zero: bool | None = None
-    inference: bool | None = None
     #: where each key was set (for error messages): key -> line, when known
     lines: dict[str, int] = field(default_factory=dict)
 
@@ -158,7 +125,7 @@ def _toml_key_lines(text: str) -> dict[str, int]:
             continue
         m = re.match(r'^"?([A-Za-z0-9_-]+)"?\s*=', s)
         if inside and m:
-            out.setdefault(_canonical(m.group(1)), no)
+            out.setdefault(canonical(m.group(1)), no)
     return out
 
 
@@ -167,12 +134,8 @@ def _yaml_key_lines(text: str) -> dict[str, int]:
     for no, line in enumerate(text.splitlines(), start=1):
         m = re.match(r'^["\']?([A-Za-z0-9_-]+)["\']?\s*:', line)
         if m:
-            out.setdefault(_canonical(m.group(1)), no)
+            out.setdefault(canonical(m.group(1)), no)
     return out
-
-
-def _canonical(key: str) -> str:
-    return key.replace("_", "-")
 
 
 def read_config(path: Path) -> Config:
@@ -204,8 +167,8 @@ def read_config(path: Path) -> Config:
     else:
         raise ShapelintError(f"{where}: a configuration file must be .toml, .yaml, .yml or .json")
     if not isinstance(table, dict):
-        raise ShapelintError(f"{where}: expected a mapping of settings, got {_kind(table)}")
-    return validate(table, where, lines)
+        raise ShapelintError(f"{where}: expected a mapping of settings, got {describe(table)}")
+    return validate_table(table, where, lines)
 
 
 def load_config(explicit: str | None = None, *, search: bool = True, start: Path | None = None) -> Config:
@@ -221,108 +184,22 @@ def load_config(explicit: str | None = None, *, search: bool = True, start: Path
 # -- validating -----------------------------------------------------------------
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, int):
-        return f"an integer ({value})"
-    if isinstance(value, float):
-        return f"a number ({value})"
-    if isinstance(value, str):
-        return f"a string ({value!r})"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
-
-
-def _codes(value: Any, where: str) -> list[str]:
-    if isinstance(value, str):
-        items: list[Any] = [c for c in value.split(",")]
-    elif isinstance(value, list):
-        items = value
-    else:
-        raise ShapelintError(f"{where}: expected a list of rule codes, got {_kind(value)}")
-    out = []
-    for item in items:
-        if not isinstance(item, str):
-            raise ShapelintError(f"{where}: expected rule codes (strings), got {_kind(item)}")
-        if item.strip():
-            out.append(item.strip())
-    return out
-
-
-def validate(table: dict[Any, Any], where: str, lines: dict[str, int] | None = None) -> Config:
+def validate_table(table: dict[Any, Any], where: str, lines: dict[str, int] | None = None) -> Config:
     """Check every key and value of a settings mapping; raise on the first problem."""
-    cfg = Config(file=where, lines=dict(lines or {}))
-    seen: dict[str, Any] = {}
+    lines = dict(lines or {})
+    cfg = Config(file=where, lines=lines)
+    values: dict[str, Any] = {}
     for raw_key, value in table.items():
         if not isinstance(raw_key, str):
-            raise ShapelintError(f"{where}: setting names must be strings, got {_kind(raw_key)}")
-        key = _canonical(raw_key)
-        if key not in KEYS:
-            raise ShapelintError(
-                f"{cfg.where(key)}: unknown key {raw_key!r} (known: {', '.join(KEYS)})")
-        if key in seen:
+            raise ShapelintError(f"{where}: setting names must be strings, got {describe(raw_key)}")
+        key = canonical(raw_key)
+        if key not in BY_KEY:
+            raise ShapelintError(f"{cfg.where(key)}: unknown key {raw_key!r} (known: {', '.join(BY_KEY)})")
+        setting = BY_KEY[key]
+        if setting.attr in values:
             raise ShapelintError(f"{cfg.where(key)}: {key} is set twice")
-        seen[key] = value
-        _set(cfg, key, value, f"{cfg.where(key)}: {key}")
-    return cfg
-
-
-def _set(cfg: Config, key: str, value: Any, where: str) -> None:
-    kind = KEYS[key]
-    attr = key.replace("-", "_")
-    if kind == "str":
-        if not isinstance(value, str) or not value.strip():
-            raise ShapelintError(f"{where}: expected a GPU name, got {_kind(value)}")
-        from shapelint import hardware
-
-        try:
-            hardware.resolve(value)
-        except ShapelintError as exc:
-            raise ShapelintError(f"{where}: {exc}") from None
-        setattr(cfg, attr, value.strip())
-    elif kind in ("dtype", "format"):
-        choices = DTYPES if kind == "dtype" else FORMATS
-        if not isinstance(value, str) or value not in choices:
-            raise ShapelintError(f"{where}: expected one of {', '.join(choices)}, got {_kind(value)}")
-        setattr(cfg, attr, value)
-    elif kind == "positive":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ShapelintError(f"{where}: expected a positive integer, got {_kind(value)}")
-        if value <= 0:
-            raise ShapelintError(f"{where}: must be a positive integer, got {value}")
-        setattr(cfg, attr, value)
-    elif kind == "bool":
-        if not isinstance(value, bool):
-            raise ShapelintError(f"{where}: expected true or false, got {_kind(value)}")
-        setattr(cfg, attr, value)
-    elif kind in ("speedup", "fraction"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ShapelintError(f"{where}: expected a number, got {_kind(value)}")
-        x = float(value)
-        if kind == "speedup" and not (0 < x < float("inf")):
-            raise ShapelintError(f"{where}: must be a positive number, got {value}")
-        if kind == "fraction" and not (0 <= x < 1):
-            raise ShapelintError(f"{where}: must be at least 0 and below 1, got {value}")
-        setattr(cfg, attr, x)
-    elif kind == "codes":
-        setattr(cfg, attr, _codes(value, where))
-    elif kind == "per-module":
-        if not isinstance(value, dict):
-            raise ShapelintError(f"{where}: expected a mapping of module glob → rule codes, got {_kind(value)}")
-        out: dict[str, list[str]] = {}
-        for pattern, codes in value.items():
-            if not isinstance(pattern, str) or not pattern:
-                raise ShapelintError(f"{where}: module globs must be non-empty strings, got {_kind(pattern)}")
-            out[pattern] = _codes(codes, f"{where}.{pattern}")
-        cfg.per_module_ignores = out
-    else:  # pragma: no cover - KEYS and _set go together
-        raise AssertionError(kind)
+        values[setting.attr] = validate(setting, value, f"{cfg.where(key)}: {key}")
+    return Config(file=where, lines=lines, **values)
 
 
 # -- using it -------------------------------------------------------------------
@@ -332,12 +209,12 @@ def _matches(code: str, name: str, codes: Iterable[str]) -> bool:
     return any(code.startswith(c) or name == c for c in codes)
 
 
-def module_ignored(finding: Any, per_module_ignores: dict[str, list[str]]) -> bool:
+def module_ignored(finding: Any, per_module_ignores: dict[str, list[str]] | None) -> bool:
     """True when a ``per-module-ignores`` glob covers this finding for its rule: the
     glob matches the finding's module (as reported, e.g. ``h.*.mlp``) or every
     module the finding groups."""
     modules: Sequence[str] = finding.modules or (finding.module,)
-    for pattern, codes in per_module_ignores.items():
+    for pattern, codes in (per_module_ignores or {}).items():
         if not _matches(finding.code, finding.name, codes):
             continue
         if fnmatchcase(finding.module, pattern) or all(fnmatchcase(m, pattern) for m in modules):
@@ -345,4 +222,5 @@ def module_ignored(finding: Any, per_module_ignores: dict[str, list[str]]) -> bo
     return False
 
 
-__all__ = ["Config", "DTYPES", "FORMATS", "find_config", "load_config", "module_ignored", "read_config", "validate"]
+__all__ = ["Config", "DTYPES", "FORMATS", "find_config", "load_config", "module_ignored", "read_config",
+           "validate_table"]

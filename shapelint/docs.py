@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from shapelint.engine import builtin_rules, rule_summary
+from shapelint.check import builtin_rules
 
 
 def render() -> str:
@@ -17,15 +17,15 @@ def render() -> str:
            "Generated from the rule modules in `rules/` by `python -m shapelint.docs`; do not edit by hand.", "",
            "| code | name | severity | summary |", "|---|---|---|---|"]
     for r in rules:
-        out.append(f"| [{r.CODE}](#{r.CODE.lower()}-{r.NAME}) | `{r.NAME}` | {r.SEVERITY} | {rule_summary(r)} |")
+        out.append(f"| [{r.code}](#{r.code.lower()}-{r.name}) | `{r.name}` | {r.severity} | {r.summary} |")
     for r in rules:
-        doc = (r.__doc__ or "").strip().splitlines()
-        out += ["", f"## {r.CODE} {r.NAME}", "", doc[0], ""]
+        doc = r.doc.strip().splitlines()
+        out += ["", f"## {r.code} {r.name}", "", doc[0], ""]
         body = "\n".join(doc[1:]).strip().replace("\n## ", "\n### ")
         out += [body.replace("## ", "### ", 1) if body.startswith("## ") else body, ""]
         out += ["### Examples the tests run", "", "| | model | inputs | dtype | GPU | expected suggestion |",
                 "|---|---|---|---|---|---|"]
-        for kind, examples in (("flagged", r.BAD), ("clean", r.GOOD)):
+        for kind, examples in (("flagged", r.bad), ("clean", r.good)):
             for e in examples:
                 expect = ", ".join(f"{k}={v}" for k, v in e.expect.items()) if e.expect else ""
                 model = e.model.replace("|", "\\|")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -11,13 +9,14 @@ import torch.nn.functional as F
 from shapelint.capture import Capture
 from shapelint.hardware import resolve
 from shapelint.lint import trace, vocab_sizes
+from shapelint.price import price
 from shapelint.records import Finding
-from shapelint.rule_api import Example, RuleContext
+from shapelint.rule_api import Example, Rule, RuleContext
 
 
-def trace_example(rule: ModuleType, example: Example) -> tuple[Capture, RuleContext]:
+def trace_example(rule: Rule, example: Example) -> tuple[Capture, RuleContext]:
     """``example``'s GEMMs (model built on fake tensors) and the context rules get."""
-    scope = {"torch": torch, "nn": nn, "F": F, "_rule": rule}
+    scope = {"torch": torch, "nn": nn, "F": F, "_rule": rule.module}
 
     def build() -> tuple[nn.Module, object]:
         return eval(example.model, scope), eval(example.inputs, scope)  # noqa: S307 - rule authors' own snippets
@@ -28,7 +27,9 @@ def trace_example(rule: ModuleType, example: Example) -> tuple[Capture, RuleCont
     return cap, ctx
 
 
-def run_example(rule: ModuleType, example: Example) -> list[Finding]:
-    """The findings ``rule`` reports on ``example`` on the example's GPU."""
+def run_example(rule: Rule, example: Example) -> list[Finding]:
+    """The findings ``rule`` reports on ``example`` on the example's GPU, priced by the
+    default reporting policy."""
     cap, ctx = trace_example(rule, example)
-    return [f for f in rule.check(cap.gemms, resolve(example.gpu), ctx) if f.code == rule.CODE]
+    hw = resolve(example.gpu)
+    return [f for f in price(rule.check(cap.gemms, hw, ctx), cap.gemms, hw) if f.code == rule.code]

@@ -1,9 +1,11 @@
-"""GPU profiles: the only place hardware numbers come from.
+"""GPU profiles: every hardware number comes from a profile file.
 
 Each GPU is one YAML file in ``shapelint/profiles/`` (datasheet numbers with their
 sources, and measurements where we have them); ``_arch.yaml`` holds the calibrated
-per-architecture behaviour of cuBLAS (misalignment penalties, memory efficiency).
-A profile written by ``shapelint calibrate`` is just another file (``--gpu-profile``).
+per-architecture behaviour of cuBLAS (misalignment penalties, memory efficiency),
+which a profile inherits unless it carries its own values. A profile written by
+``shapelint calibrate`` is just another file (``--gpu-profile``). ``Hardware`` is
+frozen and hashable by value, so that times can be cached by profile.
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ class Hardware:
     attention_efficiency: float = 0.5
     gemm_efficiency: float = 0.87
     file: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(_frozen(tuple(vars(self).values()))))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
 
     def uses_tensor_cores(self, dtype: str) -> bool:
         return dtype in self.tensor_tflops
@@ -222,10 +230,11 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def aligned_bytes(value_elems: int, dtype_bytes: int, cap: int = 16) -> int:
-    """The largest power of two (up to ``cap``) dividing ``value_elems * dtype_bytes``."""
-    b = value_elems * dtype_bytes
-    if b == 0:
-        return cap
-    return min(cap, b & -b)
+def _frozen(value: Any) -> Any:
+    """``value`` with every dict and list turned into (sorted) tuples: hashable."""
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
 

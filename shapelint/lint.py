@@ -1,36 +1,44 @@
-"""The pipeline, one direction: load → capture → check → estimate → report."""
+"""The pipeline, one direction: load → capture → check → price → report (→ verify).
+
+``lint_target`` runs it for one target: ``load`` builds the model on fake tensors,
+``capture`` records every GEMM of the step, ``check`` runs the rules (proposals),
+``price`` turns the proposals into findings by one reporting policy, and the
+reporters (``shapelint.report``) render the ``Result``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable, Sequence
 
 import torch
 
 from shapelint import hardware
 from shapelint.capture import PRECISIONS, Capture, capture, to_precision
-from shapelint.engine import StepEstimate, group, locate_in_config, run_rules, step_estimate
+from shapelint.check import run_rules
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
 from shapelint.load import DEFAULT_DTYPE, Loaded, load, token_count
+from shapelint.locate import locate_in_config
+from shapelint.price import Policy, StepEstimate, price, step_estimate
 from shapelint.records import Finding
-from shapelint.rule_api import RuleContext
+from shapelint.rule_api import Rule, RuleContext
 from shapelint.tp import shard
 
 
 @dataclass
 class Options:
+    """One target's settings, as the command line and configuration resolved them;
+    None means "not given": the target's own setting, else the built-in default."""
+
     dtype: str | None = None
     training: bool | None = None
     batch: int | None = None
     seq: int | None = None
-    tp: int = 1
+    tp: int | None = None
     dump_graph: str | None = None
-    min_loss: float = 0.05
-    #: findings estimated to gain less than this are noise, not advice
-    min_speedup: float = 1.05
+    policy: Policy = field(default_factory=Policy)
 
 
 @dataclass
@@ -49,8 +57,8 @@ class Result:
     config_file: str | None = None
     #: tensor-parallel degree: the GEMMs are one GPU's shard
     tp: int = 1
-    #: the reporting threshold this result was produced with (--verify confirms against it)
-    min_speedup: float = 1.05
+    #: the reporting policy this result was produced with (--verify confirms against it)
+    policy: Policy = field(default_factory=Policy)
 
 
 def resolve_precision(opts: Options, loaded: Loaded) -> str:
@@ -64,13 +72,13 @@ def vocab_sizes(model: torch.nn.Module) -> frozenset[int]:
     return frozenset(m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding))
 
 
-def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[ModuleType]) -> Result:
+def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[Rule]) -> Result:
     """Lint one target; ``hw`` None means the target's own ``gpu`` setting, else the default GPU."""
     loaded = load(path, batch=opts.batch, seq=opts.seq, dtype=opts.dtype)
     precision = resolve_precision(opts, loaded)
     if hw is None:
         hw = hardware.resolve(str(loaded.settings["gpu"])) if "gpu" in loaded.settings else hardware.default_gpu()
-    tp = opts.tp if opts.tp != 1 else int(loaded.settings.get("tp", 1))
+    tp = opts.tp if opts.tp is not None else int(loaded.settings.get("tp", 1))
     training = opts.training if opts.training is not None else bool(loaded.settings.get("training", True))
     with loaded.fake_mode:
         inputs = to_precision(loaded.model, loaded.inputs, precision)
@@ -94,16 +102,13 @@ def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[
         tokens=tokens,
         vocab_sizes=vocab_sizes(loaded.model),
         tp=tp,
-        min_loss=opts.min_loss,
     )
-    findings = group(run_rules(rules, cap.gemms, hw, ctx))
+    findings = price(run_rules(rules, cap.gemms, hw, ctx), cap.gemms, hw, opts.policy)
     if loaded.config_file:
         findings = [locate_in_config(f, loaded.config_keys, loaded.config_file) for f in findings]
-    findings = [f for f in findings if f.est_speedup is None or f.est_speedup >= opts.min_speedup]
-    findings.sort(key=lambda f: -((f.est_ms or 0) - (f.est_ms_after or 0)))
     step = step_estimate(cap.gemms, findings, hw)
     return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file,
-                  tp=tp, min_speedup=opts.min_speedup)
+                  tp=tp, policy=opts.policy)
 
 
 def with_findings(result: Result, findings: list[Finding]) -> Result:

@@ -1,14 +1,28 @@
-"""The data types every stage shares: GEMM records (capture) and findings (rules).
+"""The data types every stage shares: GEMM records (capture), proposals (check) and
+findings (price).
 
-A `Gemm` is built in exactly one place (`shapelint.capture`, from the shapes that
-`shapelint.gemm_shapes` extracts); rules, the estimator and the reporters only read it.
+A `Gemm` is recorded in one place (`shapelint.capture`, from the shapes that
+`shapelint.gemm_shapes` extracts). Later stages never change a record: a proposal
+describes a changed layer by new records derived with `dataclasses.replace`
+(`shapelint.physics.reshape`), and the pricer times both.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Literal
 
-PHASES = ("forward", "grad_input", "grad_weight", "recompute")
+Phase = Literal["forward", "grad_input", "grad_weight", "recompute"]
+#: what a GEMM is known to be: a fused attention kernel's score-producing (QKᵀ, dP) or
+#: score-reading GEMM, a convolution's implicit GEMM, a matmul fed by a softmax
+#: (attention written by hand), or nothing special ("")
+Role = Literal["", "attn_scores", "attn_values", "conv", "after_softmax"]
+#: the roles of the GEMMs inside a fused attention kernel
+ATTN_ROLES: frozenset[str] = frozenset({"attn_scores", "attn_values"})
+Severity = Literal["info", "warning", "error"]
+#: how a proposal's gain is counted: wall-clock time of the same work, or work per
+#: second (padding a layer or raising the batch does more work in about the same time)
+Gain = Literal["time", "throughput"]
 
 #: bytes per element of each compute dtype a record can carry
 DTYPE_BYTES: dict[str, int] = {
@@ -19,6 +33,16 @@ DTYPE_BYTES: dict[str, int] = {
     "fp8": 1,
     "int8": 1,
     "fp64": 8,
+}
+
+#: the torch dtype (``getattr(torch, name)``) each compute dtype's tensors hold
+#: (tf32 is fp32 data on the TF32 tensor cores)
+TORCH_DTYPE_NAMES: dict[str, str] = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp32": "float32",
+    "tf32": "float32",
+    "fp64": "float64",
 }
 
 
@@ -45,18 +69,11 @@ class Operand:
     batch_stride: int = 0
     in_memory: bool = True
 
-    def aligned(self, align_elems: int) -> bool:
-        """True when the kernel's pointers and leading dimension are all multiples of
-        ``align_elems`` elements (16 bytes / element size)."""
-        if not self.in_memory or align_elems <= 1:
-            return True
-        # A single row (or column) has no second row whose start could be misaligned.
-        single = (self.cols if self.transposed else self.rows) <= 1
-        return (
-            (single or self.ld % align_elems == 0)
-            and self.offset % align_elems == 0
-            and self.batch_stride % align_elems == 0
-        )
+    @property
+    def single_line(self) -> bool:
+        """One row (or, transposed, one column): no second line whose start could be
+        misaligned, so the leading dimension does not matter."""
+        return (self.cols if self.transposed else self.rows) <= 1
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -100,7 +117,7 @@ class Gemm:
 
     index: int
     op: str
-    phase: str
+    phase: Phase
     m: int
     n: int
     k: int
@@ -114,8 +131,7 @@ class Gemm:
     module_params: tuple[tuple[str, int], ...] = ()
     source: Source | None = None
     defined_at: Source | None = None
-    role: str = ""
-    node: int = -1
+    role: Role = ""
     extra: tuple[tuple[str, object], ...] = field(default=())
 
     @property
@@ -135,6 +151,14 @@ class Gemm:
             if op.in_memory:
                 elems += op.rows * op.cols
         return elems * self.batch * self.dtype_bytes
+
+    @property
+    def copy_bytes(self) -> int:
+        """Bytes read and written by the copies an operand needs before the kernel (no
+        unit stride; for a convolution the NCHW <-> NHWC transpose): each ``copied``
+        operand once (over a convolution's groups, ``batch``: the whole tensor)."""
+        return sum(2 * op.rows * op.cols * self.batch * self.dtype_bytes
+                   for op in (self.a, self.b, self.out) if op.copied)
 
     @property
     def intensity(self) -> float:
@@ -170,8 +194,8 @@ class Gemm:
 
 @dataclass(frozen=True)
 class Suggestion:
-    """Change ``parameter`` from ``from_`` to ``to`` (a constructor argument or a
-    config key)."""
+    """Change ``parameter`` from ``from_`` to ``to`` (a constructor argument, a config
+    key, or how the model is run: ``dtype``, ``batch``, ``memory_format``...)."""
 
     parameter: str
     from_: int | str
@@ -184,42 +208,150 @@ class Suggestion:
         return f"{self.parameter}: {self.from_} → {self.to}"
 
 
-SEVERITIES = ("info", "warning", "error")
+#: facts a rule states about what it found, for the report (JSON ``details``)
+Facts = tuple[tuple[str, object], ...]
 
 
 @dataclass(frozen=True)
-class Finding:
-    """What a rule reports: one wasteful shape choice, the GEMMs it slows down
-    (``gemms``: record indices) and, where one exists, the change that fixes it.
+class Work:
+    """Device work: GEMMs, plus bytes through memory that no GEMM record carries (the
+    softmax passes over a materialised score matrix, a copy)."""
 
-    Rules fill ``code`` … ``suggestion`` and ``gemms``; the engine fills the
-    location and groups repeated layers (``modules``, ``source``); the estimator
-    fills ``est_ms``, ``est_ms_after`` and ``est_speedup`` (of the covered GEMMs).
+    gemms: tuple[Gemm, ...] = ()
+    traffic_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Change:
+    """One concrete change and what it does to the records a proposal covers:
+    ``after`` holds one record per covered GEMM, in the same order (so that each pair
+    can be timed on a GPU), ``added`` any work the change adds besides them (the
+    recomputed QKᵀ of a fused attention backward)."""
+
+    suggestion: Suggestion
+    after: tuple[Gemm, ...]
+    message: str
+    facts: Facts = ()
+    added: Work = Work()
+
+
+@dataclass(frozen=True)
+class Dim:
+    """A size the pricer may choose: the multiples of ``step`` (and of ``must_divide``,
+    the tensor-parallel degree) from ``value`` up to the next multiple of ``search``;
+    smaller sizes, where the rule offers them, at most ``below`` under ``value``."""
+
+    value: int
+    step: int
+    search: int
+    must_divide: int = 1
+    below: int = 0
+
+
+@dataclass(frozen=True)
+class SizeSearch:
+    """A change whose new size the pricer picks: ``at(sizes)`` builds the change for
+    one size per ``dims`` entry. ``fits(size)`` (of the first dim), when given, is the
+    rule's test that a size removes the problem: the chosen size must pass it, and the
+    largest passing size below ``value`` (at most the dim's ``below`` under it) is
+    offered as well."""
+
+    dims: tuple[Dim, ...]
+    at: Callable[[tuple[int, ...]], Change]
+    fits: Callable[[int], bool] | None = None
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What a rule returns: what is wrong, on which records, and the change.
+
+    ``now`` is the covered work as the GPU runs it when the records do not show it
+    (a head dimension the fused kernel pads; softmax passes around hand-written
+    attention); None means the records themselves. ``references`` are other ways the
+    same work may run, priced for the report (``<name>_ms``); ``alternatives`` other
+    changes worth naming beside the main one.
     """
 
     code: str
     name: str
-    severity: str
+    severity: Severity
+    gemms: tuple[Gemm, ...]
+    change: Change | SizeSearch
+    gain: Gain = "time"
+    now: Work | None = None
+    source: Source | None = None
+    references: tuple[tuple[str, Work], ...] = ()
+    alternatives: tuple[Change, ...] = ()
+
+    @property
+    def module(self) -> str:
+        return self.gemms[0].module
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Another change the report names beside a finding's main one, priced."""
+
+    suggestion: Suggestion
+    est_speedup: float
+    note: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {**self.suggestion.to_json(), "est_speedup": _round(self.est_speedup), "note": self.note}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A priced proposal the reporting policy kept (``shapelint.price``).
+
+    ``est_ms`` / ``est_ms_after`` are the estimated time of the covered work before and
+    after the change (per unit of work when ``gain`` is ``throughput``);
+    ``gemm_ms_after`` the time after of each covered GEMM, for the step estimate.
+    Repeated layers are grouped into one finding listing their ``modules``.
+    """
+
+    code: str
+    name: str
+    severity: Severity
     module: str
     message: str
     gemms: tuple[int, ...]
+    est_ms: float
+    est_ms_after: float
     suggestion: Suggestion | None = None
     source: Source | None = None
     modules: tuple[str, ...] = ()
-    est_ms: float | None = None
-    est_ms_after: float | None = None
-    est_speedup: float | None = None
-    #: facts a rule adds for the report (memory cost of padding, intensity…)
-    details: tuple[tuple[str, object], ...] = ()
+    gain: Gain = "time"
+    gemm_ms_after: tuple[float, ...] = ()
+    facts: Facts = ()
+    alternatives: tuple[Alternative, ...] = ()
     measured_speedup: float | None = None
+    #: what --verify measured (``status``, times, per-GEMM rows), for the report
+    verification: dict[str, object] | None = None
     suppressed: bool = False
     #: the covered GEMMs as they would be after the suggestion (for --verify)
     after: tuple[Gemm, ...] = field(default=(), compare=False, repr=False)
 
-    def detail(self, key: str, default: object = None) -> object:
-        return dict(self.details).get(key, default)
+    @property
+    def est_speedup(self) -> float | None:
+        return self.est_ms / self.est_ms_after if self.est_ms_after > 0 else None
+
+    @property
+    def saved_ms(self) -> float:
+        return self.est_ms - self.est_ms_after
+
+    def fact(self, key: str, default: object = None) -> object:
+        return dict(self.facts).get(key, default)
 
     def to_json(self) -> dict[str, object]:
+        details: dict[str, object] = dict(self.facts)
+        details["gemm_ms_after"] = list(self.gemm_ms_after)
+        if self.gain == "throughput":
+            details["est_speedup_kind"] = "throughput"
+        if self.alternatives:
+            details["alternatives"] = [a.to_json() for a in self.alternatives]
+        if self.verification is not None:
+            details["verify"] = self.verification
         out: dict[str, object] = {
             "code": self.code,
             "name": self.name,
@@ -233,7 +365,7 @@ class Finding:
             "est_ms_after": _round(self.est_ms_after),
             "modules": list(self.modules) or [self.module],
             "gemms": list(self.gemms),
-            "details": {k: v for k, v in self.details},
+            "details": details,
         }
         if self.measured_speedup is not None:
             out["measured_speedup"] = _round(self.measured_speedup)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from shapelint.estimate import set_dim
+from shapelint.physics.reshape import set_dim
 from shapelint.hardware import ceil_div
 from shapelint.records import Gemm
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from shapelint.hardware import Hardware
-from shapelint.records import Finding, Gemm, Operand
+from shapelint.records import TORCH_DTYPE_NAMES, Finding, Gemm, Operand
 
 #: timed repetitions and warm-up runs per kernel
 REPS = 50
@@ -125,7 +125,7 @@ def check_finding(f: Finding, gemms: Sequence[Gemm], hw: Hardware, timer: Timer,
     if not paired:
         return None
     scale = 1.0
-    if f.detail("est_speedup_kind") == "throughput" and f.suggestion and isinstance(f.suggestion.from_, int):
+    if f.gain == "throughput" and f.suggestion and isinstance(f.suggestion.from_, int):
         scale = f.suggestion.from_ / float(f.suggestion.to)  # time per token at the larger batch
     return FindingCheck(
         f.code, f.module, f.est_speedup,
@@ -164,7 +164,7 @@ def apply(findings: Sequence[Finding], checks: dict[int, FindingCheck], threshol
     for i, f in enumerate(findings):
         c = checks.get(i)
         if c is None:
-            out.append(replace(f, details=f.details + (("verify", {"status": "not run"}),)))
+            out.append(replace(f, verification={"status": "not run"}))
             continue
         frac_b = [x.tflops_fraction("before") for x in c.gemms]
         frac_a = [x.tflops_fraction("after") for x in c.gemms]
@@ -180,7 +180,7 @@ def apply(findings: Sequence[Finding], checks: dict[int, FindingCheck], threshol
                 for x, fb, fa in zip(c.gemms, frac_b, frac_a)
             ],
         }
-        out.append(replace(f, measured_speedup=c.measured_speedup, details=f.details + (("verify", verify),)))
+        out.append(replace(f, measured_speedup=c.measured_speedup, verification=verify))
     return out
 
 
@@ -189,8 +189,7 @@ def _r(x: float | None) -> float | None:
 
 
 def confirmed(f: Finding) -> bool:
-    v = f.detail("verify")
-    return not isinstance(v, dict) or v.get("status") != "not confirmed"
+    return f.verification is None or f.verification.get("status") != "not confirmed"
 
 
 # -- on the GPU -----------------------------------------------------------------
@@ -221,9 +220,6 @@ def cuda_timer(reps: int = REPS, warmup: int = WARMUP, flush_l2: bool = True) ->
     return timer
 
 
-_TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
-
-
 def materialize(op: Operand, batch: int, batched: bool, dtype: Any, device: str) -> Any:
     """A random tensor with exactly ``op``'s layout (strides, offset, batch stride)."""
     import torch
@@ -246,9 +242,9 @@ def gpu_runner(device: str = "cuda") -> Callable[[Gemm], Callable[[], object] | 
     import torch
 
     def runner(g: Gemm) -> Callable[[], object] | None:
-        if g.dtype not in _TORCH_DTYPE:
+        if g.dtype not in TORCH_DTYPE_NAMES:
             return None
-        dtype = getattr(torch, _TORCH_DTYPE[g.dtype])
+        dtype = getattr(torch, TORCH_DTYPE_NAMES[g.dtype])
         torch.backends.cuda.matmul.allow_tf32 = g.dtype == "tf32"
         torch.backends.cudnn.allow_tf32 = g.dtype == "tf32"
         if g.role == "conv":
@@ -325,12 +321,12 @@ def gpu_block_runner(device: str = "cuda") -> BlockRunner:
     def runner(f: Finding, by_index: dict[int, Gemm]) -> tuple[Callable[[], object], Callable[[], object]] | None:
         covered = [by_index[i] for i in f.gemms]
         pv = next((g for g in covered if g.role == "after_softmax"), None)
-        if pv is None or pv.dtype not in _TORCH_DTYPE:
+        if pv is None or pv.dtype not in TORCH_DTYPE_NAMES:
             return None
         bh, tq, tk, dv = pv.batch, pv.m, pv.k, pv.n
         qk = next((g for g in covered if g.phase == "forward" and (g.m, g.n, g.batch) == (tq, tk, bh)), None)
         d = qk.k if qk is not None else dv
-        dtype = getattr(torch, _TORCH_DTYPE[pv.dtype])
+        dtype = getattr(torch, TORCH_DTYPE_NAMES[pv.dtype])
         q = torch.randn(1, bh, tq, d, dtype=dtype, device=device, requires_grad=True)
         k = torch.randn(1, bh, tk, d, dtype=dtype, device=device, requires_grad=True)
         v = torch.randn(1, bh, tk, dv, dtype=dtype, device=device, requires_grad=True)

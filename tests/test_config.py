@@ -133,7 +133,8 @@ def test_not_utf8_and_missing(here: Path) -> None:
 
 
 def test_per_module_glob() -> None:
-    f = Finding("SL101", "misaligned-leading-dim", "error", "h.*.mlp", "m", (0,), modules=("h.0.mlp", "h.1.mlp"))
+    f = Finding("SL101", "misaligned-leading-dim", "error", "h.*.mlp", "m", (0,), 1.0, 0.5,
+                modules=("h.0.mlp", "h.1.mlp"))
     assert module_ignored(f, {"h.*.mlp": ["SL101"]})
     assert module_ignored(f, {"h.?.mlp": ["SL1"]})
     assert module_ignored(f, {"h.*": ["misaligned-leading-dim"]})

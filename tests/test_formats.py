@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from _cli_helpers import LINEAR_LINE, assert_one_error_line, run, snapshot, write_model
-from shapelint import engine, hardware
+from shapelint import check, hardware
 from shapelint.lint import Options, Result, lint_target, with_findings
 from shapelint.records import Source, Suggestion
 from shapelint.report import github, sarif, text
@@ -27,7 +27,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _sl101() -> list:
-    return engine.select_rules(engine.load_rules(), ["SL101"], [])
+    return check.select_rules(check.load_rules(), ["SL101"], [])
 
 
 def _lint(path: Path) -> Result:
@@ -89,7 +89,7 @@ def test_sarif_document(project: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "in_features 1023 → 1024" in msg and "Estimated" in msg and "×" in msg
     rule = doc["runs"][0]["tool"]["driver"]["rules"][res["ruleIndex"]]
     assert rule["name"] == "misaligned-leading-dim"
-    assert rule["shortDescription"]["text"] == engine.rule_summary(_sl101()[0])
+    assert rule["shortDescription"]["text"] == _sl101()[0].summary
 
 
 def test_sarif_schema_is_available_where_declared() -> None:

@@ -8,21 +8,21 @@ import re
 
 import pytest
 
-from shapelint.engine import builtin_rules
+from shapelint.check import builtin_rules
 from shapelint.examples_runner import run_example
 
-CASES = [(rule, kind, i) for rule in builtin_rules() for kind in ("BAD", "GOOD")
+CASES = [(rule, kind, i) for rule in builtin_rules() for kind in ("bad", "good")
          for i in range(len(getattr(rule, kind)))]
 
 
-@pytest.mark.parametrize("rule,kind,i", CASES, ids=[f"{r.CODE}-{k}{i}" for r, k, i in CASES])
+@pytest.mark.parametrize("rule,kind,i", CASES, ids=[f"{r.code}-{k.upper()}{i}" for r, k, i in CASES])
 def test_rule_example(rule, kind: str, i: int) -> None:
     example = getattr(rule, kind)[i]
     findings = run_example(rule, example)
-    if kind == "GOOD":
+    if kind == "good":
         assert findings == [], [f.message for f in findings]
         return
-    assert findings, f"{rule.CODE} did not flag {example.model}"
+    assert findings, f"{rule.code} did not flag {example.model}"
     if example.expect:
         got = [f.suggestion.to_json() for f in findings if f.suggestion]
         assert any(all(s.get(k) == v for k, v in example.expect.items()) for s in got), got
@@ -30,12 +30,11 @@ def test_rule_example(rule, kind: str, i: int) -> None:
     assert best >= example.min_speedup
 
 
-@pytest.mark.parametrize("rule", builtin_rules(), ids=lambda r: r.CODE)
+@pytest.mark.parametrize("rule", builtin_rules(), ids=lambda r: r.code)
 def test_rule_module_shape(rule) -> None:
-    assert re.fullmatch(r"SL\d{3}", rule.CODE)
-    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", rule.NAME)
-    assert rule.SEVERITY in ("info", "warning", "error")
-    doc = rule.__doc__ or ""
+    assert re.fullmatch(r"SL\d{3}", rule.code)
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", rule.name)
+    assert rule.severity in ("info", "warning", "error")
     for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead"):
-        assert heading in doc, f"{rule.CODE} docstring lacks {heading}"
-    assert rule.BAD and rule.GOOD
+        assert heading in rule.doc, f"{rule.code} docstring lacks {heading}"
+    assert rule.bad and rule.good

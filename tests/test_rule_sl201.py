@@ -6,6 +6,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from _rules import run_rule
+from shapelint.physics.reshape import resize
+from shapelint.price.gemm import total_ms
 from shapelint.hardware import resolve
 from shapelint.lint import trace
 from shapelint.rule_api import RuleContext
@@ -15,7 +18,7 @@ from shapelint.rules import sl201_memory_bound_gemm as sl201
 def run(build, gpu: str = "h100", dtype: str = "bf16", training: bool = True):
     cap, _ = trace(build, precision=dtype, training=training)
     ctx = RuleContext(precision=dtype, training=training, tokens=cap.tokens)
-    return cap, list(sl201.check(cap.gemms, resolve(gpu), ctx))
+    return cap, list(run_rule(sl201, cap.gemms, resolve(gpu), ctx))
 
 
 def test_guide_example_batch_512_is_compute_bound_on_v100() -> None:
@@ -34,9 +37,9 @@ def test_guide_example_batch_1_is_memory_bound() -> None:
     f = fs[0]
     assert (f.code, f.module) == ("SL201", "<root>")
     assert f.suggestion.to_json() == {"parameter": "batch", "from": 1, "to": 168}
-    assert round(f.detail("intensity")) == 1
-    assert round(f.detail("ops_per_byte")) == 139
-    assert f.detail("est_speedup_kind") == "throughput"
+    assert round(f.fact("intensity")) == 1
+    assert round(f.fact("ops_per_byte")) == 139
+    assert f.gain == "throughput" and f.to_json()["details"]["est_speedup_kind"] == "throughput"
     # 168 is the smallest token count reaching the ridge
     fwd = cap.gemms[0]
     ridge = resolve("v100").ops_per_byte("fp16")
@@ -45,7 +48,8 @@ def test_guide_example_batch_1_is_memory_bound() -> None:
     t, i, o = 168, 1024, 4096
     assert abs(sl201.intensity_at(fwd, 1, t) - 2 * t * i * o / (2 * (t * i + i * o + t * o))) < 1e-9
     # throughput: the batch-168 time per token, times the current tokens
-    assert abs(f.est_ms_after - f.detail("est_ms_after_batch") / 168) < 1e-12
+    after_batch = total_ms([resize(g, 1, 168) for g in cap.gemms], resolve("v100"))
+    assert abs(f.est_ms_after - after_batch / 168) < 1e-12
     assert f.est_speedup > 100  # reading the 8 MB of weights dominates at batch 1
 
 
@@ -61,10 +65,11 @@ def test_decode_mlp_on_h100() -> None:
     model = lambda: (nn.Sequential(nn.Linear(4096, 16384), nn.GELU(), nn.Linear(16384, 4096)),  # noqa: E731
                      torch.randn(8, 1, 4096))
     _, fs = run(model, training=False)
-    assert [(f.module, f.suggestion.from_, f.suggestion.to) for f in fs] == [("0", 8, 325), ("2", 8, 325)]
+    # the two layers get the same advice, grouped as repeated layers are
+    assert [(f.modules, f.suggestion.from_, f.suggestion.to) for f in fs] == [(("0", "2"), 8, 325)]
     hw = resolve("h100")
-    assert abs(fs[0].detail("ops_per_byte") - 989.4e12 / 3350e9) < 1e-6
-    assert fs[0].detail("intensity_after") >= hw.ops_per_byte("bf16") > fs[0].detail("intensity")
+    assert abs(fs[0].fact("ops_per_byte") - 989.4e12 / 3350e9) < 1e-6
+    assert fs[0].fact("intensity_after") >= hw.ops_per_byte("bf16") > fs[0].fact("intensity")
 
 
 def test_narrow_layer_never_compute_bound_is_not_reported() -> None:
@@ -94,6 +99,6 @@ def test_matches_the_measured_h200_batch_sweep() -> None:
     _, fs = run(lambda: (nn.Linear(4096, 4096, bias=False), torch.randn(1, 4096)), "h200", training=False)
     (f,) = fs
     assert f.suggestion.to_json() == {"parameter": "batch", "from": 1, "to": 230}
-    assert round(f.detail("ops_per_byte")) == 206
+    assert round(f.fact("ops_per_byte")) == 206
     assert abs(f.est_ms - 0.0184) < 0.002  # reading 32 MB of weights
     assert abs(f.est_speedup - 0.0184 * 256 / 0.0228) / f.est_speedup < 0.05

@@ -7,17 +7,20 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 
-from shapelint.estimate import gemm_time, quantization
+from _rules import run_rule
+from shapelint.price import Policy
+from shapelint.physics.quantization import quantization
+from shapelint.price.gemm import gemm_time, total_ms
 from shapelint.hardware import resolve
 from shapelint.lint import trace, vocab_sizes
 from shapelint.rule_api import RuleContext
 from shapelint.rules import sl202_tile_quantization as sl202
 
 
-def run(build, gpu: str = "h100", dtype: str = "bf16", **ctx):
+def run(build, gpu: str = "h100", dtype: str = "bf16", policy: Policy = Policy(), **ctx):
     cap, model = trace(build, precision=dtype)
     context = RuleContext(precision=dtype, tokens=cap.tokens, vocab_sizes=vocab_sizes(model), **ctx)
-    return cap, list(sl202.check(cap.gemms, resolve(gpu), context))
+    return cap, list(run_rule(sl202, cap.gemms, resolve(gpu), context, policy))
 
 
 def linear(n_in: int, n_out: int, tokens: int = 16384):
@@ -28,16 +31,17 @@ def test_776_outputs_waste_a_partial_column_of_tiles() -> None:
     cap, fs = run(linear(8192, 776))
     hw = resolve("h100")
     fwd = cap.gemms[0]
-    assert quantization(fwd.m, fwd.n, 1, hw)[0] == 776 / 832  # 13 tiles of 64 for 776 columns
+    assert quantization(fwd.m, fwd.n, 1, hw).tile == 776 / 832  # 13 tiles of 64 for 776 columns
     (f,) = fs
     assert (f.code, f.name, f.module) == ("SL202", "tile-quantization", "<root>")
     assert f.suggestion.to_json() == {"parameter": "out_features", "from": 776, "to": 824}
-    assert abs(f.detail("waste") - (1 - 776 / 832)) < 1e-9  # compute-bound: all of it is lost
-    assert f.detail("smaller_size") == 768
-    assert abs(f.detail("smaller_speedup") - 832 / 768) < 1e-9
+    assert abs(f.fact("waste") - (1 - 776 / 832)) < 1e-9  # compute-bound: all of it is lost
+    (smaller,) = f.alternatives
+    assert smaller.suggestion.to == 768
+    assert abs(smaller.est_speedup - 832 / 768) < 1e-9
     # padding costs no wall-clock time, so the gain is per unit of work
-    assert f.detail("est_speedup_kind") == "throughput"
-    assert abs(f.detail("ms_after_wall") / f.est_ms - 1) < 0.01
+    assert f.gain == "throughput"
+    assert abs(total_ms(f.after, hw) / f.est_ms - 1) < 0.01
     assert 1.05 < f.est_speedup < 1.08
     assert sorted(f.gemms) == [g.index for g in cap.gemms]  # forward + grad_weight
 
@@ -47,7 +51,7 @@ def test_a100_fp16() -> None:
     (f,) = fs
     assert (f.suggestion.parameter, f.suggestion.from_) == ("out_features", 520)
     assert f.suggestion.to % 8 == 0 and f.suggestion.to > 520
-    assert f.detail("smaller_size") == 512
+    assert f.alternatives[0].suggestion.to == 512
     assert f.est_speedup > 1.1
 
 
@@ -59,14 +63,14 @@ def test_aligned_sizes_and_misaligned_ones_pass() -> None:
 def test_memory_bound_partial_tiles_cost_nothing() -> None:
     cap, fs = run(linear(4096, 72))
     hw = resolve("h100")
-    assert quantization(72, 16384, 1, hw)[0] < 0.6
+    assert quantization(72, 16384, 1, hw).tile < 0.6
     assert gemm_time(cap.gemms[0], hw).bound == "memory"
     assert fs == []
 
 
-def test_threshold_is_the_context_min_loss() -> None:
-    assert run(linear(8192, 776), min_loss=0.05)[1]
-    assert run(linear(8192, 776), min_loss=0.08)[1] == []  # waste is 6.7%
+def test_threshold_is_the_policy_min_loss() -> None:
+    assert run(linear(8192, 776), policy=Policy(min_loss=0.05))[1]
+    assert run(linear(8192, 776), policy=Policy(min_loss=0.08))[1] == []  # waste is 6.7%
 
 
 def test_vocab_sizes_are_left_to_sl501() -> None:
@@ -77,13 +81,13 @@ def test_vocab_sizes_are_left_to_sl501() -> None:
     cap, fs = run(build)
     assert fs == []
     # the same GEMMs without the embedding's size would be flagged
-    assert list(sl202.check(cap.gemms, resolve("h100"), RuleContext(tokens=cap.tokens)))
+    assert list(run_rule(sl202, cap.gemms, resolve("h100"), RuleContext(tokens=cap.tokens)))
 
 
 def test_size_equal_to_token_count_is_ambiguous_and_skipped() -> None:
     cap, _ = trace(linear(8192, 776))
     ctx = RuleContext(tokens=776)
-    assert list(sl202.check(cap.gemms, resolve("h100"), ctx)) == []
+    assert list(run_rule(sl202, cap.gemms, resolve("h100"), ctx)) == []
 
 
 def test_conv_output_channels_are_covered() -> None:
@@ -91,5 +95,5 @@ def test_conv_output_channels_are_covered() -> None:
     # the same GEMMs as if a convolution with out_channels=776 had made them
     conv = [replace(g, role="conv", module_params=(("in_channels", 8192), ("out_channels", 776)))
             for g in cap.gemms]
-    (f,) = sl202.check(conv, resolve("h100"), RuleContext(tokens=cap.tokens))
+    (f,) = run_rule(sl202, conv, resolve("h100"), RuleContext(tokens=cap.tokens))
     assert f.suggestion.to_json() == {"parameter": "out_channels", "from": 776, "to": 824}

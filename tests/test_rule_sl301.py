@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from shapelint.estimate import total_ms
+from _rules import run_rule
+from shapelint.physics.attention import head_dim, per_head
+from shapelint.price.gemm import total_ms
 from shapelint.hardware import resolve
 from shapelint.lint import trace
 from shapelint.rule_api import RuleContext
@@ -23,7 +25,7 @@ def run(dim: int, heads: int, dtype: str = "bf16", batch: int = 8, seq: int = 10
         return nn.MultiheadAttention(dim, heads, batch_first=True), x
 
     cap, _ = trace(build, precision=dtype)
-    return cap, list(sl301.check(cap.gemms, H100, RuleContext(precision=dtype, **ctx)))
+    return cap, list(run_rule(sl301, cap.gemms, H100, RuleContext(precision=dtype, **ctx)))
 
 
 def test_head_dim_100_pads_to_104_or_keeps_width_with_10_heads() -> None:
@@ -33,21 +35,21 @@ def test_head_dim_100_pads_to_104_or_keeps_width_with_10_heads() -> None:
     assert f.suggestion.to_json() == {"parameter": "head_dim", "from": 100, "to": 104}
     attn = [g for g in cap.gemms if g.op.startswith("sdpa.")]
     assert sorted(f.gemms) == [g.index for g in attn] and len(attn) == 7  # qk, pv + 5 backward
-    assert (f.detail("alt_num_heads"), f.detail("alt_head_dim")) == (10, 80)
+    assert (f.fact("alt_num_heads"), f.fact("alt_head_dim")) == (10, 80)
     assert "num_heads = 10 (head_dim 80)" in f.message
     # after: every GEMM at head_dim 104, the batch (2 x 8 heads) and sequence unchanged
     for before, after in zip(attn, f.after):
-        assert sl301.head_dim(after) == 104 and (after.batch, after.m) == (64, before.m)
-    assert abs(f.est_ms_after - sum(f.detail("gemm_ms_after"))) < 1e-12
-    assert len(f.detail("gemm_ms_after")) == len(f.gemms)
+        assert head_dim(after) == 104 and (after.batch, after.m) == (64, before.m)
+    assert abs(f.est_ms_after - sum(f.gemm_ms_after)) < 1e-12
+    assert len(f.gemm_ms_after) == len(f.gemms)
     # before: the head-dim rows as the kernel reads them (ld 100: 8-byte aligned)
-    assert abs(f.est_ms - total_ms([sl301.per_head(g, 100) for g in attn], H100)) < 1e-12
-    assert f.detail("recorded_ms") < f.est_ms
+    assert abs(f.est_ms - total_ms([per_head(g, 100) for g in attn], H100)) < 1e-12
+    assert f.fact("recorded_ms") < f.est_ms
     # measured on an H200 without a mask: 2.27x and 2.45x (the profile's attention_misaligned_efficiency
     # 0.44 comes from them); with a float attn_mask 7.6x, which math_kernel_ms stands for
     assert 2.0 < f.est_speedup < 2.6
-    assert f.detail("math_kernel_ms") > f.est_ms  # the attn_mask case is worse still
-    assert 6.0 < f.detail("math_kernel_ms") / f.est_ms_after < 9.5  # measured 7.6x with a float attn_mask
+    assert f.fact("math_kernel_ms") > f.est_ms  # the attn_mask case is worse still
+    assert 6.0 < f.fact("math_kernel_ms") / f.est_ms_after < 9.5  # measured 7.6x with a float attn_mask
 
 
 def test_keep_width_prefers_the_nearest_aligned_head_dim() -> None:
@@ -61,11 +63,11 @@ def test_head_dim_320_splits_each_head_in_two() -> None:
     cap, fs = run(1280, 4)
     (f,) = fs
     assert f.suggestion.to_json() == {"parameter": "num_heads", "from": 4, "to": 8}
-    assert (f.detail("head_dim_after"), f.detail("head_split")) == (160, 2)
+    assert (f.fact("head_dim_after"), f.fact("head_split")) == (160, 2)
     for after in f.after:
-        assert sl301.head_dim(after) == 160 and after.batch == 8 * 8
+        assert head_dim(after) == 160 and after.batch == 8 * 8
     # before: PyTorch's math kernel (fp32, scores in memory), far slower than the fused one
-    assert f.est_ms == f.detail("math_kernel_ms") > 4 * f.detail("recorded_ms")
+    assert f.est_ms == f.fact("math_kernel_ms") > 4 * f.fact("recorded_ms")
     assert 4.0 < f.est_speedup < 8.0  # measured 6.1x on an H200 (B8 H4 T1024: 3.97 ms vs 0.65 ms)
 
 
@@ -75,7 +77,7 @@ def test_tf32_needs_four_elements_only() -> None:
     _, fs = run(816, 8, dtype="tf32")  # head_dim 102
     (f,) = fs
     assert f.suggestion.to_json() == {"parameter": "head_dim", "from": 102, "to": 104}
-    assert f.detail("align_elems") == 4
+    assert f.fact("align_elems") == 4
 
 
 def test_not_flagged() -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from shapelint.estimate import total_ms
+from _rules import run_rule
+from shapelint.physics.attention import softmax_traffic_bytes
+from shapelint.price.gemm import total_ms, work_ms
+from shapelint.records import Work
 from shapelint.hardware import resolve
 from shapelint.lint import trace
 from shapelint.rule_api import RuleContext
@@ -16,7 +19,7 @@ H100 = resolve("h100")
 
 def run(build, dtype: str = "bf16", training: bool = True):
     cap, _ = trace(build, precision=dtype, training=training)
-    return cap, list(sl302.check(cap.gemms, H100, RuleContext(precision=dtype, training=training)))
+    return cap, list(run_rule(sl302, cap.gemms, H100, RuleContext(precision=dtype, training=training)))
 
 
 def manual(dim: int = 512, heads: int = 8, batch: int = 8, seq: int = 1024, fused: bool = False):
@@ -35,9 +38,9 @@ def test_hand_written_attention_is_replaced_by_the_fused_kernel() -> None:
     assert (covered[0].m, covered[0].n, covered[0].k, covered[0].batch) == (1024, 1024, 64, 64)  # QKᵀ
     assert (covered[1].m, covered[1].n, covered[1].k) == (1024, 64, 1024)  # PV
     assert len(covered) == 6 and all(g.phase == "grad_input" for g in covered[2:])
-    assert (f.detail("seq_q"), f.detail("seq_k"), f.detail("head_dim")) == (1024, 1024, 64)
-    assert f.detail("score_bytes") == 64 * 1024 * 1024 * 2
-    assert f.detail("score_passes") == 2 + 2 + 3 + 4
+    assert (f.fact("seq_q"), f.fact("seq_k"), f.fact("head_dim")) == (1024, 1024, 64)
+    assert f.fact("score_bytes") == 64 * 1024 * 1024 * 2
+    assert f.fact("score_passes") == 2 + 2 + 3 + 4
     # after: SDPA's GEMMs with the scores on chip, one of them standing for the fused backward
     assert [a.op for a in f.after[:2]] == ["sdpa.qk", "sdpa.pv"]
     assert [a.op for a in f.after].count("sdpa.qk_recompute") == 1
@@ -45,25 +48,25 @@ def test_hand_written_attention_is_replaced_by_the_fused_kernel() -> None:
     assert {a.role for a in f.after} == {"attn_scores", "attn_values"}
     assert all(any(not op.in_memory for op in (a.a, a.b, a.out)) for a in f.after)
     # before: the recorded GEMMs plus the softmax passes; after: fused GEMMs plus the recompute
-    softmax = sl302.softmax_traffic_ms(64 * 1024 * 1024, 2, True, H100)
-    assert abs(f.detail("softmax_ms") - softmax) < 1e-12
+    softmax = 1e3 * softmax_traffic_bytes(64 * 1024 * 1024, 2, True) / H100.bandwidth
+    assert f.fact("softmax_bytes") == softmax_traffic_bytes(64 * 1024 * 1024, 2, True)
     assert abs(f.est_ms - (total_ms(covered, H100) + softmax)) < 1e-9
-    assert abs(f.est_ms_after - sum(f.detail("gemm_ms_after"))) < 1e-12
-    assert len(f.detail("gemm_ms_after")) == 6
+    assert abs(f.est_ms_after - sum(f.gemm_ms_after)) < 1e-12
+    assert len(f.gemm_ms_after) == 6
     assert abs(f.est_ms_after - total_ms([*f.after, f.after[0]], H100)) < 1e-9
     assert 3.0 < f.est_speedup < 8.0  # measured 3.2x (no mask) to 8.5x (masked) on an H200
 
 
 def test_softmax_traffic_is_five_passes_at_copy_bandwidth() -> None:
-    ms = sl302.softmax_traffic_ms(1 << 20, 2, True, H100)
-    assert abs(ms - 1e3 * (1 << 20) * 2 * 5 / H100.bandwidth) < 1e-15
-    assert abs(sl302.softmax_traffic_ms(1 << 20, 2, False, H100) - ms * 2 / 5) < 1e-15
+    assert softmax_traffic_bytes(1 << 20, 2, True) == (1 << 20) * 2 * 5
+    assert softmax_traffic_bytes(1 << 20, 2, False) == (1 << 20) * 2 * 2
+    assert work_ms(Work((), 1 << 20), H100) == 1e3 * (1 << 20) / H100.bandwidth
 
 
 def test_inference_covers_the_two_forward_gemms() -> None:
     _, fs = run(manual(seq=2048), dtype="fp16", training=False)
     (f,) = fs
-    assert len(f.gemms) == 2 and f.detail("score_passes") == 4
+    assert len(f.gemms) == 2 and f.fact("score_passes") == 4
     assert [a.op for a in f.after] == ["sdpa.qk", "sdpa.pv"]
 
 
@@ -74,7 +77,7 @@ def test_multihead_attention_with_weights_is_materialised() -> None:
 
     _, fs = run(build)
     (f,) = fs
-    assert f.detail("seq_k") == 1024 and len(f.gemms) == 6
+    assert f.fact("seq_k") == 1024 and len(f.gemms) == 6
     assert "need_weights=False" in f.message
 
 

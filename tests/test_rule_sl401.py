@@ -9,6 +9,9 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from _rules import run_rule
+from shapelint.rule_api import Rule
+from shapelint.price import Policy
 from shapelint.examples_runner import run_example
 from shapelint.hardware import resolve
 from shapelint.lint import trace
@@ -21,9 +24,9 @@ H100 = resolve("h100")
 NHWC = dict(memory_format=torch.channels_last)
 
 
-def run(build, dtype: str = "bf16", **ctx):
+def run(build, dtype: str = "bf16", policy: Policy = Policy()):
     cap, _ = trace(build, precision=dtype)
-    return cap, list(sl401.check(cap.gemms, H100, RuleContext(precision=dtype, **ctx)))
+    return cap, list(run_rule(sl401, cap.gemms, H100, RuleContext(precision=dtype), policy))
 
 
 def conv(module: str, shape: tuple[int, ...], channels_last: bool = True):
@@ -47,10 +50,10 @@ def test_convnet_example_pads_conv1_and_conv2() -> None:
     assert [(f.code, f.module, f.severity) for f in (f1, f2)] == [("SL401", "conv1", "warning"),
                                                                    ("SL401", "conv2", "warning")]
     assert f1.suggestion.to_json() == {"parameter": "out_channels", "from": 60, "to": 64}
-    assert f1.detail("padded") == {"in_channels": [30, 32], "out_channels": [60, 64]}
+    assert f1.fact("padded") == {"in_channels": [30, 32], "out_channels": [60, 64]}
     assert "pad in_channels 30 → 32 too" in f1.message
     assert f2.suggestion.to_json() == {"parameter": "out_channels", "from": 100, "to": 104}
-    assert f2.detail("padded") == {"in_channels": [60, 64], "out_channels": [100, 104]}
+    assert f2.fact("padded") == {"in_channels": [60, 64], "out_channels": [100, 104]}
     assert [cap.gemms[i].module for i in f1.gemms] == ["conv1"] * 3
     assert [cap.gemms[i].module for i in f2.gemms] == ["conv2"] * 3
     fwd, dgrad, wgrad = f1.after
@@ -68,7 +71,7 @@ def test_convnet_example_pads_conv1_and_conv2() -> None:
     # padding measured 1.28x (conv1) and 1.29x (conv2) on an H200, NCHW, forward + backward
     assert 1.15 < f1.est_speedup < 1.45 and 1.15 < f2.est_speedup < 1.45
     # with every gain reported: the same two; the stem's 3 input channels never
-    _, every = run(lambda: convnet.shapelint_model(64), min_loss=0.0)
+    _, every = run(lambda: convnet.shapelint_model(64), policy=Policy(min_loss=0.0, min_speedup=1.0, min_step_share=0.0))
     assert {x.module for x in every} == {"conv1", "conv2"}
     assert all(x.suggestion.from_ != 3 for x in every)
 
@@ -98,7 +101,7 @@ def test_input_channels_of_an_inner_layer() -> None:
     _, fs = run(conv("nn.Conv2d(30, 64, 3, padding=1)", (64, 30, 56, 56)))
     (f,) = fs
     assert f.suggestion.to_json() == {"parameter": "in_channels", "from": 30, "to": 32}
-    assert len(f.gemms) == 3 and f.detail("kernel_elems") == 9 and f.detail("extra_channels") == 2
+    assert len(f.gemms) == 3 and f.fact("kernel_elems") == 9 and f.fact("extra_channels") == 2
     assert 1.1 < f.est_speedup < 1.8  # measured 1.43x (channels_last, H200) and 1.77x
 
 
@@ -126,7 +129,7 @@ def test_examples_on_the_h200_profile_match_measured_gains() -> None:
     # padding measured for the BAD examples (the transposed convolution was not measured)
     measured = {0: 1.77, 1: 1.77, 2: 1.53, 3: 1.15, 5: 1.27}
     for i, gain in measured.items():
-        (f,) = run_example(sl401, replace(sl401.BAD[i], gpu="h200"))
+        (f,) = run_example(Rule.from_module(sl401), replace(sl401.BAD[i], gpu="h200"))
         assert abs(f.est_speedup / gain - 1) < 0.12, (sl401.BAD[i].model, f.est_speedup)
 
 
@@ -134,7 +137,7 @@ def test_tf32_aligns_to_four_channels() -> None:
     _, fs = run(conv("nn.Conv2d(256, 250, 3, padding=1)", (64, 256, 28, 28)), dtype="tf32")
     (f,) = fs
     assert f.suggestion.to_json() == {"parameter": "out_channels", "from": 250, "to": 252}
-    assert f.detail("align_elems") == 4
+    assert f.fact("align_elems") == 4
 
 
 def test_not_flagged() -> None:
@@ -142,7 +145,7 @@ def test_not_flagged() -> None:
     assert run(conv("nn.Conv2d(4, 64, 3, stride=2, padding=1)", (32, 4, 224, 224)))[1] == []
     assert run(conv("nn.Conv2d(64, 128, 3, padding=1)", (64, 64, 56, 56)))[1] == []
     assert run(conv("nn.Conv2d(30, 60, 3, padding=1)", (64, 30, 56, 56)), dtype="fp32")[1] == []
-    assert run(conv("nn.Conv2d(30, 30, 3, padding=1, groups=30)", (64, 30, 56, 56)), min_loss=0.0)[1] == []
+    assert run(conv("nn.Conv2d(30, 30, 3, padding=1, groups=30)", (64, 30, 56, 56)), policy=Policy(min_loss=0.0, min_speedup=1.0, min_step_share=0.0))[1] == []
     assert sl401.misaligned_channels(geometry(3, 30), 8) == {"out_channels": 30}
 
 

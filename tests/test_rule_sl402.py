@@ -7,7 +7,9 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 
-from shapelint.estimate import total_ms
+from _rules import run_rule
+from shapelint.rule_api import Rule
+from shapelint.price.gemm import total_ms
 from shapelint.examples_runner import run_example
 from shapelint.hardware import resolve
 from shapelint.lint import trace
@@ -19,7 +21,7 @@ H100 = resolve("h100")
 
 def run(build, dtype: str = "bf16", **ctx):
     cap, _ = trace(build, precision=dtype)
-    return cap, list(sl402.check(cap.gemms, H100, RuleContext(precision=dtype, **ctx)))
+    return cap, list(run_rule(sl402, cap.gemms, H100, RuleContext(precision=dtype, **ctx)))
 
 
 def conv(module: str, shape: tuple[int, ...], channels_last: bool = False, grad: bool = True):
@@ -45,14 +47,14 @@ def test_nchw_conv_runs_channels_last_after_the_fix() -> None:
     rows = 64 * 56 * 56
     # one transpose (read + write) per NCHW operand per kernel: x and y forward, dy and dx
     # for grad_input, dy and x for grad_weight
-    assert f.detail("copy_bytes") == 6 * 2 * rows * 64 * 2
-    copy_ms = 1e3 * f.detail("copy_bytes") / (H100.bandwidth * H100.conv_transpose_efficiency)
+    assert f.fact("copy_bytes") == 6 * 2 * rows * 64 * 2
+    copy_ms = 1e3 * f.fact("copy_bytes") / (H100.bandwidth * H100.conv_transpose_efficiency)
     assert abs(f.est_ms - f.est_ms_after - copy_ms) < 1e-9  # the transposes are all the fix saves
-    assert f.detail("modules") == ["<root>"]
+    assert f.fact("modules") == ["<root>"]
     # the suggested GEMMs are exactly those of the same conv traced on channels_last input
     ref, _ = run(conv("nn.Conv2d(64, 64, 3, padding=1)", (64, 64, 56, 56), channels_last=True))
     assert [shape_of(g) for g in f.after] == [shape_of(g) for g in ref.gemms]
-    assert abs(f.est_ms_after - sum(f.detail("gemm_ms_after"))) < 1e-12
+    assert abs(f.est_ms_after - sum(f.gemm_ms_after)) < 1e-12
     assert 1.5 < f.est_speedup < 2.5  # measured 2.18x (an earlier H200 run: 1.54x, 0.368 ms vs 0.239 ms)
 
 
@@ -62,14 +64,14 @@ def test_grouped_conv_transposes_each_tensor_once() -> None:
     fwd = cap.gemms[0]
     # each group's GEMM reads its 16 of the 64 channels (ld 64): over the 4 groups, x once
     assert (fwd.batch, fwd.n, fwd.a.cols, fwd.a.ld, fwd.a.batch_stride) == (4, 16, 16, 64, 16)
-    assert grouped.detail("copy_bytes") == f.detail("copy_bytes") == 6 * 2 * 64 * 56 * 56 * 64 * 2
+    assert grouped.fact("copy_bytes") == f.fact("copy_bytes") == 6 * 2 * 64 * 56 * 56 * 64 * 2
 
 
 def test_one_finding_for_the_model_stem_included() -> None:
     cap, fs = run(conv("nn.Sequential(nn.Conv2d(3, 64, 7, stride=2, padding=3), nn.ReLU(), "
                        "nn.Conv2d(64, 128, 3, padding=1))", (32, 3, 224, 224), grad=False), dtype="fp16")
     (f,) = fs
-    assert f.detail("modules") == ["0", "2"] and f.module == "0"
+    assert f.fact("modules") == ["0", "2"] and f.module == "0"
     assert f.message.startswith("2 convolutions (0, 2) run on NCHW tensors")
     assert {cap.gemms[i].module for i in f.gemms} == {"0", "2"}
     assert all(not op.copied for g in f.after for op in (g.a, g.b, g.out))
@@ -85,7 +87,7 @@ def test_one_finding_for_the_model_stem_included() -> None:
 def test_examples_on_the_h200_profile_match_measured_gains() -> None:
     # channels-last gains measured for the BAD examples: 2.18x, 2.03x, 1.48x
     for example, measured in zip(sl402.BAD, (2.18, 2.03, 1.48)):
-        (f,) = run_example(sl402, replace(example, gpu="h200"))
+        (f,) = run_example(Rule.from_module(sl402), replace(example, gpu="h200"))
         assert abs(f.est_speedup / measured - 1) < 0.12, (example.model, f.est_speedup)
 
 

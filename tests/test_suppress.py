@@ -33,7 +33,7 @@ def test_codes_on_line(line: str, codes: object) -> None:
 
 
 def _finding(file: str, line: int, code: str = "SL101") -> Finding:
-    return Finding(code, "misaligned-leading-dim", "error", "fc", "msg", (0,), source=Source(file, line))
+    return Finding(code, "misaligned-leading-dim", "error", "fc", "msg", (0,), 1.0, 0.5, source=Source(file, line))
 
 
 def test_apply_reads_the_line_a_finding_points_at(tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ def test_apply_reads_the_line_a_finding_points_at(tmp_path: Path) -> None:
     before = snapshot(tmp_path)
     out = apply([_finding(str(src), 1), _finding(str(src), 2), _finding(str(src), 3),
                  _finding(str(src), 99), _finding(str(tmp_path / "gone.py"), 1),
-                 Finding("SL101", "n", "error", "fc", "msg", (0,))])
+                 Finding("SL101", "n", "error", "fc", "msg", (0,), 1.0, 0.5)])
     assert [f.suppressed for f in out] == [True, False, False, False, False, False]
     assert snapshot(tmp_path) == before
 

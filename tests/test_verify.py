@@ -7,9 +7,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from shapelint.engine import run_rules
+from shapelint.check import builtin_rules, run_rules
 from shapelint.hardware import resolve
 from shapelint.lint import trace, vocab_sizes
+from shapelint.price import price
 from shapelint.rule_api import RuleContext
 from shapelint.verify import Timing, check_finding, confirmed, materialize, verify
 
@@ -25,11 +26,10 @@ def lm_head_findings():
             return self.lm_head(self.wte(idx))
 
     cap, model = trace(lambda: (LM(), torch.randint(0, 50257, (8, 1024))))
-    from shapelint.engine import builtin_rules
-
     hw = resolve("h200")
     ctx = RuleContext(vocab_sizes=vocab_sizes(model))
-    return cap.gemms, [f for f in run_rules(builtin_rules(), cap.gemms, hw, ctx) if f.code == "SL501"], hw
+    return cap.gemms, [f for f in price(run_rules(builtin_rules(), cap.gemms, hw, ctx), cap.gemms, hw)
+                       if f.code == "SL501"], hw
 
 
 class FakeClock:
@@ -45,7 +45,8 @@ class FakeClock:
 
 
 def fake_runner(hw, slow_misaligned: float):
-    from shapelint.estimate import gemm_alignment, gemm_time
+    from shapelint.physics.alignment import gemm_alignment
+    from shapelint.price.gemm import gemm_time
 
     def runner(g):
         ms = gemm_time(g, hw).seconds * 1e3
@@ -70,7 +71,7 @@ def test_measured_speedup_and_confirmation_with_a_fake_clock() -> None:
     assert c.measured_speedup == pytest.approx(f.est_speedup, rel=1e-6)
     (checked,) = verify([f], gemms, hw, threshold=1.05, timer=FakeClock(), runner=fake_runner(hw, 1.0))
     assert checked.measured_speedup == pytest.approx(f.est_speedup, rel=1e-6)
-    v = checked.detail("verify")
+    v = checked.verification
     assert v["status"] == "confirmed" and len(v["gemms"]) == 3
     assert all(0 < g["after_peak_fraction"] <= 1.0 for g in v["gemms"])
     assert confirmed(checked)
@@ -82,7 +83,7 @@ def test_a_finding_measured_below_threshold_is_not_confirmed() -> None:
     (checked,) = verify([f], gemms, hw, threshold=1.05, timer=FakeClock(),
                         runner=fake_runner(hw, 1.0 / f.est_speedup))
     assert checked.measured_speedup < 1.05
-    assert checked.detail("verify")["status"] == "not confirmed"
+    assert checked.verification["status"] == "not confirmed"
     assert not confirmed(checked)
 
 
@@ -113,14 +114,14 @@ def test_sdpa_kernels_are_timed_once_per_kernel() -> None:
 
 def test_a_fusion_is_timed_as_a_whole_block() -> None:
     """Hand-written attention: the block runner's before/after replace per-GEMM timing."""
-    from shapelint.engine import builtin_rules
     from shapelint.rules import sl302_materialized_attention as sl302
 
     ex = sl302.BAD[1]
     cap, model = trace(lambda: (eval(ex.model, {"torch": torch, "nn": nn, "_rule": sl302}),
                                 eval(ex.inputs, {"torch": torch})))
     hw = resolve("h200")
-    (f,) = [x for x in run_rules(builtin_rules(), cap.gemms, hw, RuleContext()) if x.code == "SL302"]
+    (f,) = [x for x in price(run_rules(builtin_rules(), cap.gemms, hw, RuleContext()), cap.gemms, hw)
+            if x.code == "SL302"]
     seen = []
 
     def block_runner(finding, by_index):
@@ -136,7 +137,7 @@ def test_calibrate_fit_makes_a_loadable_profile_from_measurements() -> None:
     from dataclasses import replace as dc_replace
 
     from shapelint.calibrate import WAVE_K, WAVE_M, WAVE_NS, _gemm, closest_base, fit
-    from shapelint.estimate import gemm_time
+    from shapelint.price.gemm import gemm_time
     from shapelint.hardware import profile_from_dict
 
     base = closest_base("NVIDIA H200")
@@ -166,7 +167,7 @@ def test_verify_measures_the_lm_head_on_a_gpu() -> None:
     """On a real GPU: the padded LM head is faster, as estimated within 25%."""
     gemms, (f,), hw = lm_head_findings()
     (checked,) = verify([f], gemms, hw, threshold=1.05)
-    v = checked.detail("verify")
+    v = checked.verification
     assert v["status"] == "confirmed"
     assert checked.measured_speedup > 2.0
     assert abs(f.est_speedup / checked.measured_speedup - 1) < 0.25

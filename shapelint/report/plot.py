@@ -38,15 +38,14 @@ def require_matplotlib() -> Any:
 
 def points(r: Result) -> list[dict[str, Any]]:
     """One entry per GEMM: intensity, FLOP/s before and (if a finding covers it) after, share."""
-    from shapelint.estimate import gemm_time
+    from shapelint.price.gemm import gemm_time
 
     before = {g.index: gemm_time(g, r.hardware).seconds for g in r.capture.gemms}
     after: dict[int, float] = {}
     for f in r.findings:
         if f.suppressed:
             continue
-        times = f.detail("gemm_ms_after", ()) or ()
-        for idx, ms in zip(f.gemms, times):  # type: ignore[call-overload]
+        for idx, ms in zip(f.gemms, f.gemm_ms_after):
             s = float(ms) * 1e-3
             if idx in before and s > 0:
                 after[idx] = min(after.get(idx, s), s)

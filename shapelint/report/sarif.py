@@ -19,13 +19,13 @@ import json
 import os
 import re
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Sequence
 from urllib.parse import quote
 
 from shapelint import __version__
 from shapelint.lint import Result
 from shapelint.records import Finding
+from shapelint.rule_api import Rule
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 INFORMATION_URI = "https://pypi.org/project/shapelint/"
@@ -96,20 +96,20 @@ def _section(doc: str, heading: str) -> str:
     return " ".join(m.group(1).split()) if m else ""
 
 
-def rule_descriptor(mod: ModuleType) -> dict[str, Any]:
-    doc = (mod.__doc__ or "").strip()
-    summary = doc.splitlines()[0].strip() if doc else mod.NAME
+def rule_descriptor(rule: Rule) -> dict[str, Any]:
+    doc = rule.doc.strip()
+    summary = rule.summary
     full = _section(doc, "What it does") or summary
     why = _section(doc, "Why is this bad?")
     if why:
         full = f"{full} {why}"
     return {
-        "id": mod.CODE,
-        "name": mod.NAME,
+        "id": rule.code,
+        "name": rule.name,
         "shortDescription": {"text": summary},
         "fullDescription": {"text": full},
         "help": {"text": doc or summary, "markdown": doc or summary},
-        "defaultConfiguration": {"level": LEVELS.get(mod.SEVERITY, "warning")},
+        "defaultConfiguration": {"level": LEVELS.get(rule.severity, "warning")},
         "properties": {"tags": ["performance", "gpu"], "precision": "high"},
     }
 
@@ -124,7 +124,7 @@ def message(f: Finding) -> str:
         text += "."
     if f.suggestion is not None:
         text += f" Fix: {f.suggestion.parameter} {f.suggestion.from_} → {f.suggestion.to}."
-    if f.est_speedup is not None and f.est_ms is not None and f.est_ms_after is not None:
+    if f.est_speedup is not None:
         text += (f" Estimated {f.est_speedup:.2f}× on these GEMMs "
                  f"({f.est_ms:.3f} ms → {f.est_ms_after:.3f} ms per step).")
     if len(f.modules) > 1:
@@ -165,8 +165,8 @@ def _result(f: Finding, r: Result, rule_index: int, seen: dict[str, int]) -> dic
             "modules": list(f.modules) or [f.module],
             "suggestion": f.suggestion.to_json() if f.suggestion else None,
             "estSpeedup": None if f.est_speedup is None else round(f.est_speedup, 4),
-            "estMs": None if f.est_ms is None else round(f.est_ms, 4),
-            "estMsAfter": None if f.est_ms_after is None else round(f.est_ms_after, 4),
+            "estMs": round(f.est_ms, 4),
+            "estMsAfter": round(f.est_ms_after, 4),
         },
     }
     if f.suppressed:
@@ -174,9 +174,9 @@ def _result(f: Finding, r: Result, rule_index: int, seen: dict[str, int]) -> dic
     return out
 
 
-def document(results: Sequence[Result], rules: Sequence[ModuleType], *,
+def document(results: Sequence[Result], rules: Sequence[Rule], *,
              show_suppressed: bool = False) -> dict[str, Any]:
-    descriptors = [rule_descriptor(m) for m in rules]
+    descriptors = [rule_descriptor(r) for r in rules]
     index = {d["id"]: i for i, d in enumerate(descriptors)}
     out: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
@@ -208,5 +208,5 @@ def document(results: Sequence[Result], rules: Sequence[ModuleType], *,
     }
 
 
-def render(results: Sequence[Result], rules: Sequence[ModuleType], *, show_suppressed: bool = False) -> str:
+def render(results: Sequence[Result], rules: Sequence[Rule], *, show_suppressed: bool = False) -> str:
     return json.dumps(document(results, rules, show_suppressed=show_suppressed), indent=2, ensure_ascii=False) + "\n"

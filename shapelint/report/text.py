@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from shapelint.estimate import gemm_time
+from shapelint.price.gemm import gemm_time
 from shapelint.lint import Result
 from shapelint.records import Finding
 
@@ -45,17 +45,20 @@ def _finding(console: Console, f: Finding) -> None:
     console.print(f"      {f.message}", highlight=False)
     if f.suggestion:
         console.print(Text.assemble("      fix: ", (str(f.suggestion), "green")), highlight=False)
-    if f.est_speedup is not None and f.est_ms is not None and f.est_ms_after is not None:
+    if f.est_speedup is not None:
         extra = ""
         if f.measured_speedup is not None:
             extra = f", measured {f.measured_speedup:.2f}×"
-        if f.detail("est_speedup_kind") == "throughput":
+        if f.gain == "throughput":
             what = "work per second on these GEMMs"
         else:
             what = f"on these GEMMs ({f.est_ms:.3f} ms → {f.est_ms_after:.3f} ms per step)"
         console.print(f"      est. {f.est_speedup:.2f}× {what}{extra}", highlight=False)
-    v = f.detail("verify")
-    if isinstance(v, dict) and v.get("status") != "not run":
+    for alt in f.alternatives:
+        console.print(Text.assemble("      or: ", (str(alt.suggestion), "green"),
+                                    f" ({alt.note}): est. {alt.est_speedup:.2f}×"), highlight=False)
+    v = f.verification
+    if v is not None and v.get("status") != "not run":
         fractions = [(g["before_peak_fraction"], g["after_peak_fraction"]) for g in v.get("gemms", [])
                      if g.get("before_peak_fraction") is not None and g.get("after_peak_fraction") is not None]
         peak = "; % of peak before → after: " + ", ".join(f"{100 * b:.0f}→{100 * a:.0f}" for b, a in fractions) \

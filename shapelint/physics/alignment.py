@@ -1,0 +1,55 @@
+"""Tensor-core alignment: every operand's leading dimension (its row stride as laid
+out in memory), its pointer offset and batch stride, and the output's, must be a
+multiple of ``Hardware.alignment_bytes`` (16 bytes: 8 elements in bf16/fp16, 4 in
+tf32, 16 in fp8/int8). A dimension that is never a leading dimension (a Linear's
+token count) does not matter. The one definition of that rule.
+"""
+
+from __future__ import annotations
+
+from shapelint.hardware import Hardware
+from shapelint.records import Gemm, Operand
+
+
+def aligned_bytes(value_elems: int, dtype_bytes: int, cap: int = 16) -> int:
+    """The largest power of two (up to ``cap``) dividing ``value_elems * dtype_bytes``."""
+    b = value_elems * dtype_bytes
+    if b == 0:
+        return cap
+    return min(cap, b & -b)
+
+
+def operand_alignment(op: Operand, dtype_bytes: int, cap: int) -> int:
+    """Bytes of alignment the kernel gets for this operand (up to ``cap``)."""
+    if not op.in_memory:
+        return cap
+    worst = cap if op.single_line else aligned_bytes(op.ld, dtype_bytes, cap)
+    worst = min(worst, aligned_bytes(op.offset, dtype_bytes, cap))
+    if op.batch_stride:
+        worst = min(worst, aligned_bytes(op.batch_stride, dtype_bytes, cap))
+    return worst
+
+
+def input_alignment(g: Gemm, hw: Hardware) -> int:
+    """The worst alignment (bytes) of A and B."""
+    return min(operand_alignment(op, g.dtype_bytes, hw.alignment_bytes) for op in (g.a, g.b))
+
+
+def output_alignment(g: Gemm, hw: Hardware) -> int:
+    return operand_alignment(g.out, g.dtype_bytes, hw.alignment_bytes)
+
+
+def gemm_alignment(g: Gemm, hw: Hardware) -> int:
+    """The worst alignment (bytes) over A, B and the output."""
+    return min(input_alignment(g, hw), output_alignment(g, hw))
+
+
+def is_aligned(g: Gemm, hw: Hardware) -> bool:
+    return gemm_alignment(g, hw) >= hw.alignment_bytes
+
+
+def misaligned_leading_dims(g: Gemm, hw: Hardware) -> set[int]:
+    """The leading dimensions (in elements) of ``g``'s in-memory operands that break
+    the alignment rule."""
+    align = hw.align_elems(g.dtype_bytes)
+    return {op.ld for op in (g.a, g.b, g.out) if op.in_memory and not op.single_line and op.ld % align}

@@ -1,0 +1,194 @@
+"""Attention kernels: the fused scaled-dot-product kernels (flash, cuDNN,
+memory-efficient), PyTorch's math kernel, and attention written by hand
+(matmul → softmax → matmul).
+
+A fused kernel's GEMMs are recorded with roles ``attn_scores`` (QKᵀ, and dP in
+backward: they produce score tiles kept on chip) and ``attn_values`` (PV, dV, dQ,
+dK: they read them). Hand-written attention is a batched matmul whose operand came
+out of a softmax (role ``after_softmax``), with the batched matmul before it that
+produced the scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+from shapelint.records import ATTN_ROLES, Gemm, Operand, Work
+
+#: largest head dimension PyTorch's flash / cuDNN attention kernels take (bf16/fp16)
+MAX_FUSED_HEAD_DIM = 256
+#: element size of the dtypes the flash / cuDNN kernels run (bf16, fp16)
+FLASH_DTYPE_BYTES = 2
+#: the dtype PyTorch's math attention kernel computes half-precision inputs in
+#: (torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp is False by default)
+MATH_DTYPE = "fp32"
+#: owning-module attributes that hold the head dimension / the number of heads
+HEAD_DIM_PARAMS = ("head_dim", "head_size", "attention_head_size", "d_head", "dim_head", "kv_channels")
+HEADS_PARAMS = ("num_heads", "num_attention_heads", "n_head", "n_heads", "nhead", "heads")
+
+#: aten ops a hand-written attention's two matmuls run as (batched matmul)
+BATCHED_OPS = ("bmm", "baddbmm")
+#: passes over the score matrix that no GEMM record carries, forward: the softmax
+#: reads S and writes P (scaling, masking and dropout add more; not counted)
+SOFTMAX_PASSES_FORWARD = 2
+#: ... and backward: the softmax backward reads P and dP and writes dS
+SOFTMAX_PASSES_BACKWARD = 3
+#: passes over the score matrix that the unfused GEMMs themselves make: forward
+#: QKᵀ writes S, PV reads P; backward writes dP, reads P (dV) and dS twice (dQ, dK)
+GEMM_PASSES_FORWARD = 2
+GEMM_PASSES_BACKWARD = 4
+
+
+def is_fused(g: Gemm) -> bool:
+    """A GEMM inside a fused scaled-dot-product attention kernel."""
+    return g.role in ATTN_ROLES and g.op.startswith("sdpa.")
+
+
+def head_dim(g: Gemm) -> int:
+    """The head dimension a fused attention GEMM runs with: the k of the GEMMs that
+    produce scores (QKᵀ, dP), the n of those that read them (PV, dV, dQ, dK)."""
+    return g.k if g.role == "attn_scores" else g.n
+
+
+def _per_head(op: Operand, d: int) -> Operand:
+    if not op.in_memory or d not in (op.rows, op.cols):
+        return op
+    return Operand(op.rows, op.cols, d, op.transposed, op.copied,
+                   batch_stride=op.rows * op.cols if op.batch_stride else 0)
+
+
+def per_head(g: Gemm, d: int) -> Gemm:
+    """The GEMM with the head-dimension operands read as rows of ``d`` elements: how a
+    kernel that does not take this head dimension natively sees them."""
+    return replace(g, a=_per_head(g.a, d), b=_per_head(g.b, d), out=_per_head(g.out, d))
+
+
+def softmax_traffic_bytes(score_elems: int, dtype_bytes: int, training: bool) -> int:
+    """Bytes the softmax passes over a materialised score matrix move (forward, and
+    backward when training)."""
+    passes = SOFTMAX_PASSES_FORWARD + (SOFTMAX_PASSES_BACKWARD if training else 0)
+    return score_elems * dtype_bytes * passes
+
+
+def _in_memory(op: Operand) -> Operand:
+    if op.in_memory:
+        return op
+    return Operand(op.rows, op.cols, op.cols, batch_stride=op.rows * op.cols)
+
+
+def math_kernel(call: Sequence[Gemm]) -> Work:
+    """The same fused attention on PyTorch's math kernel: plain batched GEMMs in fp32
+    with the scores in memory (no QKᵀ recompute in backward), plus the softmax passes
+    over the fp32 score matrix."""
+    unfused = tuple(replace(g, dtype=MATH_DTYPE, role="", a=_in_memory(g.a), b=_in_memory(g.b),
+                            out=_in_memory(g.out))
+                    for g in call if not g.op.endswith("qk_recompute"))
+    qk = next((g for g in call if g.role == "attn_scores"), call[0])
+    training = any(g.phase in ("grad_input", "grad_weight") for g in call)
+    traffic = softmax_traffic_bytes(qk.batch * qk.m * qk.n, unfused[0].dtype_bytes, training)
+    return Work(unfused, traffic)
+
+
+# -- attention written by hand -------------------------------------------------------
+
+
+def _is_scores(op: Operand, tq: int, tk: int) -> bool:
+    return (op.rows, op.cols) in ((tq, tk), (tk, tq))
+
+
+def _on_chip(op: Operand) -> Operand:
+    return Operand(op.rows, op.cols, op.cols, in_memory=False)
+
+
+def fused(g: Gemm, tq: int, tk: int, op: str) -> Gemm:
+    """``g`` as the fused attention kernel runs it (named ``op``): score-shaped
+    operands stay on chip; a GEMM that produces scores is ``attn_scores``, one that
+    reads them ``attn_values``."""
+    a = _on_chip(g.a) if _is_scores(g.a, tq, tk) else g.a
+    b = _on_chip(g.b) if _is_scores(g.b, tq, tk) else g.b
+    out = _on_chip(g.out) if _is_scores(g.out, tq, tk) else g.out
+    role = "attn_scores" if not out.in_memory else "attn_values"
+    return replace(g, op=op, a=a, b=b, out=out, role=role, extra=(("is_causal", False),))
+
+
+@dataclass
+class HandWritten:
+    """One hand-written attention: its QKᵀ and PV GEMMs and their backward GEMMs."""
+
+    qk: Gemm
+    pv: Gemm
+    backward: list[Gemm] = field(default_factory=list)
+
+    @property
+    def tq(self) -> int:
+        return self.pv.m
+
+    @property
+    def tk(self) -> int:
+        return self.pv.k
+
+    @property
+    def gemms(self) -> list[Gemm]:
+        return [self.qk, self.pv, *self.backward]
+
+    @property
+    def score_elems(self) -> int:
+        return self.pv.batch * self.tq * self.tk
+
+    def _dims(self) -> tuple[list[int], list[int]]:
+        return sorted((self.tq, self.tk, self.qk.k)), sorted((self.tq, self.tk, self.pv.n))
+
+    def recompute_slot(self) -> int | None:
+        """Position (among the backward GEMMs) of the one producing dP: the fused
+        backward recomputes S = QKᵀ there, from the same tiles."""
+        return next((i for i, g in enumerate(self.backward) if _is_scores(g.out, self.tq, self.tk)), None)
+
+    def fused(self) -> list[Gemm]:
+        """The fused kernel's GEMMs, one per recorded GEMM: the forward QKᵀ with S on
+        chip, PV reading P on chip, and each backward GEMM with dS/dP/P on chip. They
+        carry the names the capture gives SDPA's GEMMs (``sdpa.qk`` and
+        ``sdpa.qk_recompute`` stand for the whole forward / backward kernel)."""
+        slot = self.recompute_slot()
+        qk = fused(self.qk, self.tq, self.tk, "sdpa.qk")
+        pv = fused(self.pv, self.tq, self.tk, "sdpa.pv")
+        return [qk, pv, *(fused(g, self.tq, self.tk, "sdpa.qk_recompute" if i == slot else "sdpa.bwd")
+                          for i, g in enumerate(self.backward))]
+
+    def recompute(self) -> tuple[Gemm, ...]:
+        """What the fused backward adds: QKᵀ computed again (none without backward)."""
+        return (fused(self.qk, self.tq, self.tk, "sdpa.qk"),) if self.recompute_slot() is not None else ()
+
+
+def find_hand_written(gemms: Sequence[Gemm]) -> dict[str, list[HandWritten]]:
+    """Hand-written attentions by module: each PV GEMM fed by a softmax, paired with
+    the closest earlier batched GEMM of its module producing its [Tq, Tk] operand."""
+    by_module: dict[str, list[Gemm]] = {}
+    for g in gemms:
+        by_module.setdefault(g.module, []).append(g)
+    out: dict[str, list[HandWritten]] = {}
+    for module, gs in by_module.items():
+        used: set[int] = set()
+        found: list[HandWritten] = []
+        for pv in gs:
+            if pv.role != "after_softmax" or pv.op not in BATCHED_OPS or pv.phase not in ("forward", "recompute"):
+                continue
+            partners = [g for g in gs if g.index < pv.index and g.index not in used and g.op in BATCHED_OPS
+                        and g.phase == pv.phase and g.batch == pv.batch and (g.m, g.n) == (pv.m, pv.k)]
+            if not partners:
+                continue
+            att = HandWritten(partners[-1], pv)
+            used.update((att.qk.index, pv.index))
+            found.append(att)
+        for att in found:
+            shapes = att._dims()
+            for g in gs:
+                if len(att.backward) == 4:
+                    break
+                if (g.phase == "grad_input" and g.op in BATCHED_OPS and g.index not in used
+                        and g.batch == att.pv.batch and sorted((g.m, g.n, g.k)) in shapes):
+                    att.backward.append(g)
+                    used.add(g.index)
+        if found:
+            out[module] = found
+    return out

@@ -1,0 +1,231 @@
+"""Price: every proposal of the rules becomes a finding with its estimated before and
+after times, or is dropped, by one reporting policy; and the step estimate.
+
+The reporting policy (``Policy``), in one place:
+
+1. A proposal is priced on the work it covers: its GEMMs (as the GPU runs them now,
+   ``Proposal.now``) against the changed GEMMs plus what the change adds. A gain in
+   ``throughput`` (a padded layer, a larger batch) is counted per unit of work.
+2. It is reported when it saves at least ``min_loss`` (5%) of that work's time and
+   its speedup on it is at least ``min_speedup`` (1.05x): below that, the estimate's
+   own error (about 10% per GEMM against measurements) can flip the sign.
+3. Repeated layers (``h.0.mlp``, ``h.1.mlp``...) with the same proposal are grouped
+   into one finding; a group is reported only when it saves at least
+   ``min_step_share`` (1%) of the step's estimated GEMM time: advice worth less than
+   that is not worth a user's time. When two rules propose the same change on the
+   same modules, the larger saving is kept.
+4. Severity is the rule's, lowered from error to warning when the speedup on the
+   covered work is below ``error_speedup`` (1.25x).
+
+Findings are ranked by the time they save per step.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
+
+from shapelint.hardware import Hardware
+from shapelint.physics.reshape import candidates, smaller
+from shapelint.price.gemm import gemm_ms, work_ms
+from shapelint.records import Alternative, Change, Finding, Gemm, Proposal, SizeSearch, Work
+
+#: a candidate size within this fraction of the best time counts as reaching it
+NEAR_BEST = 0.01
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The reporting policy (see the module docstring)."""
+
+    min_loss: float = 0.05
+    min_speedup: float = 1.05
+    min_step_share: float = 0.01
+    error_speedup: float = 1.25
+
+    def worth(self, before_ms: float, after_ms: float) -> bool:
+        """Rule 2: the saving on the covered work is worth reporting."""
+        return (before_ms > 0 and after_ms > 0 and after_ms <= (1 - self.min_loss) * before_ms
+                and before_ms / after_ms >= self.min_speedup)
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """GEMM time of one step (forward + backward), before and after every suggestion."""
+
+    ms: float
+    ms_after: float
+
+    @property
+    def speedup(self) -> float:
+        return self.ms / self.ms_after if self.ms_after else 1.0
+
+
+def price(proposals: Iterable[Proposal], gemms: Sequence[Gemm], hw: Hardware,
+          policy: Policy = Policy()) -> list[Finding]:
+    """The findings the policy keeps, grouped over repeated layers, ranked by saving."""
+    priced = [f for p in proposals if (f := price_one(p, hw, policy)) is not None]
+    step_ms = sum(gemm_ms(g, hw) for g in gemms)
+    kept = [f for f in _deduplicated(group(priced)) if f.saved_ms >= policy.min_step_share * step_ms]
+    return sorted(kept, key=lambda f: -f.saved_ms)
+
+
+def price_one(p: Proposal, hw: Hardware, policy: Policy = Policy()) -> Finding | None:
+    """Rules 1, 2 and 4 for one proposal: a finding, or None when it is not worth it."""
+    sizes: tuple[int, ...] = ()
+    if isinstance(p.change, SizeSearch):
+        sizes = _search(p, p.change, hw)
+        change = p.change.at(sizes)
+        if p.change.fits and not p.change.fits(sizes[0]):
+            return None
+    else:
+        change = p.change
+    if change.suggestion.from_ == change.suggestion.to:
+        return None
+    now = p.now or Work(p.gemms)
+    before_ms = work_ms(now, hw)
+    after_each = _after_ms(p, change, hw)
+    added_ms = work_ms(change.added, hw)
+    after_ms = sum(after_each) + added_ms
+    if not policy.worth(before_ms, after_ms):
+        return None
+    recorded = [gemm_ms(g, hw) for g in p.gemms]
+    total = sum(recorded) or 1.0
+    facts = dict(change.facts)
+    if p.now is not None:
+        facts["recorded_ms"] = sum(recorded)
+    for name, work in p.references:
+        facts[f"{name}_ms"] = work_ms(work, hw)
+    speedup = before_ms / after_ms
+    severity = p.severity if p.severity != "error" or speedup >= policy.error_speedup else "warning"
+    return Finding(
+        code=p.code,
+        name=p.name,
+        severity=severity,
+        module=p.module,
+        message=change.message,
+        gemms=tuple(g.index for g in p.gemms),
+        est_ms=before_ms,
+        est_ms_after=after_ms,
+        suggestion=change.suggestion,
+        source=p.source or p.gemms[0].defined_at,
+        gain=p.gain,
+        gemm_ms_after=tuple(a + added_ms * r / total for a, r in zip(after_each, recorded)),
+        facts=tuple(facts.items()),
+        alternatives=_alternatives(p, sizes, before_ms, hw, policy),
+        after=change.after,
+    )
+
+
+def _after_ms(p: Proposal, change: Change, hw: Hardware) -> list[float]:
+    """Time after the change of each covered GEMM; per unit of the current work when
+    the gain is in throughput."""
+    if p.gain == "throughput":
+        return [gemm_ms(a, hw) * g.flops / a.flops for g, a in zip(p.gemms, change.after)]
+    return [gemm_ms(a, hw) for a in change.after]
+
+
+def _cost(p: Proposal, change: Change, hw: Hardware) -> float:
+    return sum(_after_ms(p, change, hw)) + work_ms(change.added, hw)
+
+
+def near_best(sizes: Sequence[int], costs: Sequence[float]) -> int:
+    """The first (smallest) size whose cost is within NEAR_BEST of the least."""
+    floor = min(costs)
+    return next(s for s, c in zip(sizes, costs) if c <= floor * (1 + NEAR_BEST))
+
+
+def _search(p: Proposal, search: SizeSearch, hw: Hardware) -> tuple[int, ...]:
+    """The sizes the search picks, each dimension in turn, the others held at their
+    current choice (first, their smallest candidate)."""
+    sizes = [candidates(d)[0] for d in search.dims]
+    for i, dim in enumerate(search.dims):
+        options = candidates(dim)
+        costs = [_cost(p, search.at((*sizes[:i], c, *sizes[i + 1:])), hw) for c in options]
+        sizes[i] = near_best(options, costs)
+    return tuple(sizes)
+
+
+def _alternatives(p: Proposal, sizes: tuple[int, ...], before_ms: float, hw: Hardware,
+                  policy: Policy) -> tuple[Alternative, ...]:
+    """The proposal's other changes and, for a size search with a ``fits`` test, the
+    largest smaller size that passes it; each kept when worth it on its own, in wall
+    clock time (a smaller layer does less work, and that is the point)."""
+    others: list[tuple[Change, str]] = [(c, c.message) for c in p.alternatives]
+    search = p.change
+    if isinstance(search, SizeSearch) and search.fits is not None:
+        down = next((c for c in smaller(search.dims[0]) if search.fits(c)), None)
+        if down is not None:
+            others.append((search.at((down, *sizes[1:])), "smaller and faster"))
+    out = []
+    for alt, note in others:
+        after_ms = work_ms(Work(alt.after), hw) + work_ms(alt.added, hw)
+        if policy.worth(before_ms, after_ms):
+            out.append(Alternative(alt.suggestion, before_ms / after_ms, note))
+    return tuple(out)
+
+
+# -- grouping repeated layers -----------------------------------------------------------
+
+#: a layer index inside a module path: ``h.3.mlp`` → ``h.*.mlp`` (also at the start: ``3.mlp``)
+_INDEX = re.compile(r"(?:(?<=\.)|^)\d+(?=\.|$)")
+
+
+def module_glob(paths: Sequence[str]) -> str:
+    """``transformer.h.0.mlp`` + ``transformer.h.1.mlp`` → ``transformer.h.*.mlp``."""
+    if len(paths) == 1:
+        return paths[0]
+    globbed = {_INDEX.sub("*", p) for p in paths}
+    return globbed.pop() if len(globbed) == 1 else paths[0]
+
+
+def group(findings: Sequence[Finding]) -> list[Finding]:
+    """One finding per (rule, suggestion, location, message shape): repeated layers
+    (every block of a transformer) become one finding listing their modules."""
+    groups: dict[object, list[Finding]] = {}
+    for f in findings:
+        key = (f.code, f.suggestion, f.source, _INDEX.sub("*", f.module), f.message)
+        groups.setdefault(key, []).append(f)
+    out = []
+    for members in groups.values():
+        first = members[0]
+        modules = tuple(dict.fromkeys(m.module for m in members))
+        if len(members) == 1:
+            out.append(replace(first, modules=modules))
+            continue
+        out.append(replace(
+            first,
+            module=module_glob(modules),
+            modules=modules,
+            gemms=tuple(i for m in members for i in m.gemms),
+            after=tuple(a for m in members for a in m.after),
+            est_ms=sum(m.est_ms for m in members),
+            est_ms_after=sum(m.est_ms_after for m in members),
+            gemm_ms_after=tuple(x for m in members for x in m.gemm_ms_after),
+        ))
+    return out
+
+
+def _deduplicated(findings: Sequence[Finding]) -> list[Finding]:
+    """Of the findings that propose the same change on the same modules, the one that
+    saves most (two rules can reach the same size for different reasons)."""
+    best: dict[object, Finding] = {}
+    for f in findings:
+        key = (f.suggestion, f.modules)
+        if key not in best or f.saved_ms > best[key].saved_ms:
+            best[key] = f
+    return [f for f in findings if best[(f.suggestion, f.modules)] is f]
+
+
+def step_estimate(gemms: Sequence[Gemm], findings: Sequence[Finding], hw: Hardware) -> StepEstimate:
+    """Each GEMM counts once, at the best time any unsuppressed finding covering it promises."""
+    before = {g.index: gemm_ms(g, hw) for g in gemms}
+    best = dict(before)
+    for f in findings:
+        if f.suppressed:
+            continue
+        for idx, ms in zip(f.gemms, f.gemm_ms_after):
+            if idx in best:
+                best[idx] = min(best[idx], ms)
+    return StepEstimate(sum(before.values()), sum(best.values()))

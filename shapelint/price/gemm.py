@@ -1,0 +1,128 @@
+"""The GEMM time model: the time of one GEMM record on a GPU profile.
+
+Per GEMM (all numbers from the profile):
+
+    compute = flops / (peak(dtype) · alignment · tile · wave)
+    memory  = min_bytes / (bandwidth · memory_efficiency)
+    time    = max(compute, memory, min_gemm) + copies
+
+- ``peak(dtype)``: the rate a large aligned GEMM reaches (measured or datasheet x
+  achievable) times ``gemm_efficiency`` (typical model shapes); fp32 without TF32
+  uses the CUDA-core rate, fused attention GEMMs ``attention_efficiency`` of it.
+- ``alignment``: the calibrated efficiency for the worst-aligned input and for the
+  output (``shapelint.physics.alignment``) of a tensor-core GEMM (cuBLAS); separate
+  calibrated factors for convolutions (cuDNN) and fused attention; 1 when all are
+  16-byte aligned and for GEMMs off the tensor cores.
+- ``tile``, ``wave``: ``shapelint.physics.quantization`` for the tile that wastes
+  least (cuBLAS is taken to pick the best tile of the profile's list).
+- ``copies``: an operand that needs a contiguous copy first (neither stride is 1)
+  costs a read and a write at ``memory_efficiency``; an NCHW operand of a tensor-core
+  convolution one transpose per kernel (read and write) at ``conv_transpose_efficiency``
+  of the copy bandwidth. A convolution with misaligned channels runs at
+  ``conv_misaligned_efficiency`` of the aligned kernel's pace, memory-bound or not.
+
+Times are cached by value (the profile is hashable and frozen; repeated layers share
+shapes), never by object identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from shapelint.hardware import Hardware
+from shapelint.physics.alignment import input_alignment, is_aligned, output_alignment
+from shapelint.physics.attention import is_fused
+from shapelint.physics.quantization import quantization
+from shapelint.records import ATTN_ROLES, Gemm, Work
+
+
+@dataclass(frozen=True)
+class GemmTime:
+    seconds: float
+    compute_s: float
+    memory_s: float
+    alignment: float
+    tile: float
+    wave: float
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+def alignment_efficiency(g: Gemm, hw: Hardware) -> float:
+    """The calibrated rate fraction of a misaligned GEMM. cuBLAS picks its kernel by
+    what is misaligned: with a misaligned input, one kernel class whatever the
+    output (the input table); with aligned inputs and only the output misaligned
+    (a Linear forward with odd out_features), a slower one (the output table)."""
+    inputs = input_alignment(g, hw)
+    if inputs < hw.alignment_bytes:
+        return hw.misalignment_efficiency(g.dtype_bytes, inputs)
+    return hw.misalignment_efficiency(g.dtype_bytes, output_alignment(g, hw), output=True)
+
+
+def _rate(g: Gemm, hw: Hardware) -> tuple[float, float]:
+    """(FLOP/s of a large aligned GEMM in this dtype, alignment efficiency)."""
+    peak = hw.peak_tflops(g.dtype) * 1e12
+    if g.role in ATTN_ROLES:
+        peak *= hw.attention_efficiency
+    if not hw.uses_tensor_cores(g.dtype):
+        return peak, 1.0
+    peak *= hw.gemm_efficiency
+    if is_aligned(g, hw):
+        return peak, 1.0
+    if g.role == "conv":  # cuDNN's fallback convolution kernels
+        return peak, hw.conv_misaligned_efficiency.get(g.dtype_bytes, 1.0)
+    if g.role in ATTN_ROLES:  # the fused attention kernels pad the head
+        return peak, hw.attention_misaligned_efficiency
+    return peak, alignment_efficiency(g, hw)
+
+
+#: share of a causal attention's score tiles the fused kernels compute: the lower
+#: triangle and its diagonal tiles (records count the full product, as flop_counter does)
+CAUSAL_WORK = 0.55
+#: entries kept in the time cache before it is emptied
+CACHE_SIZE = 1_000_000
+
+_TIMES: dict[tuple[object, ...], GemmTime] = {}
+
+
+def gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
+    key = (hw, g.op, g.m, g.n, g.k, g.batch, g.dtype, g.role, g.a, g.b, g.out, g.extra)
+    t = _TIMES.get(key)
+    if t is None:
+        if len(_TIMES) >= CACHE_SIZE:
+            _TIMES.clear()
+        t = _TIMES[key] = _gemm_time(g, hw)
+    return t
+
+
+def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
+    peak, align = _rate(g, hw)
+    q = quantization(g.m, g.n, g.batch, hw)
+    work = CAUSAL_WORK if is_fused(g) and dict(g.extra).get("is_causal") else 1.0
+    compute = g.flops * work / (peak * align * q.tile * q.wave)
+    bw = hw.bandwidth * hw.memory_efficiency
+    memory = g.min_bytes / bw
+    if g.role == "conv":
+        # cuDNN's kernels for misaligned channels load narrower vectors: slower on both roofs
+        memory /= align
+        copies = g.copy_bytes / (hw.bandwidth * hw.conv_transpose_efficiency)
+    else:
+        copies = g.copy_bytes / bw
+    seconds = max(compute, memory, hw.min_gemm_us * 1e-6) + copies
+    return GemmTime(seconds, compute, memory, align, q.tile, q.wave)
+
+
+def gemm_ms(g: Gemm, hw: Hardware) -> float:
+    return 1e3 * gemm_time(g, hw).seconds
+
+
+def total_ms(gemms: Iterable[Gemm], hw: Hardware) -> float:
+    return sum(gemm_ms(g, hw) for g in gemms)
+
+
+def work_ms(work: Work, hw: Hardware) -> float:
+    """GEMMs plus memory traffic streaming at the profile's copy bandwidth."""
+    return total_ms(work.gemms, hw) + 1e3 * work.traffic_bytes / hw.bandwidth
