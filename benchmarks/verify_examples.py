@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import torch
-
 from shapelint.engine import builtin_rules
+
 from shapelint.hardware import default_gpu, resolve
 from shapelint.lint import Options, lint_target
 from shapelint.verify import verify
@@ -63,7 +63,8 @@ def main() -> None:
     (out / f"verify_{hw.key}.json").write_text(json.dumps(doc, indent=1))
     lines = [f"Device: {device}, torch {torch.__version__}, CUDA {torch.version.cuda}, profile {hw.key}, "
              f"{doc['date']}", "",
-             "| target | code | module | suggestion | est. | measured | est/measured | before → after ms | peak fraction before → after |",
+             "| target | code | module | suggestion | est. | measured | est/measured | before → after ms "
+             "| peak fraction before → after |",
              "|---|---|---|---|---|---|---|---|---|"]
     ok = 0
     measured = 0

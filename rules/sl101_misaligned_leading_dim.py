@@ -29,17 +29,26 @@ nn.Linear(1024, 3072)  # pad the input features with zeros
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from shapelint.hardware import Hardware
 from shapelint.physics.alignment import is_aligned, misaligned_leading_dims
 from shapelint.physics.reshape import resize
-from shapelint.records import ATTN_ROLES, Change, Dim, Gemm, Proposal, SizeSearch, Suggestion
+from shapelint.records import (
+    ATTN_ROLES,
+    Change,
+    Dim,
+    Gemm,
+    Proposal,
+    Severity,
+    SizeSearch,
+    Suggestion,
+)
 from shapelint.rule_api import Example, RuleContext, phases
 
 CODE = "SL101"
 NAME = "misaligned-leading-dim"
-SEVERITY = "error"
+SEVERITY: Severity = "error"
 
 #: search for the padded size up to the next multiple of this many elements
 SEARCH_SPAN = 256

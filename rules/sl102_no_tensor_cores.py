@@ -33,16 +33,16 @@ torch.backends.cuda.matmul.allow_tf32 = True
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Iterable, Sequence
 
 from shapelint.hardware import Hardware
-from shapelint.records import Change, Gemm, Proposal, Suggestion
+from shapelint.records import Change, Gemm, Proposal, Severity, Suggestion
 from shapelint.rule_api import Example, RuleContext, by_module, phases
 
 CODE = "SL102"
 NAME = "no-tensor-cores"
-SEVERITY = "warning"
+SEVERITY: Severity = "warning"
 
 #: the reduced precisions to suggest, in order of preference (first one with tensor cores)
 LOW_PRECISIONS = ("bf16", "fp16")
@@ -99,7 +99,7 @@ def _proposal(covered: tuple[Gemm, ...], dtype: str, target: str, hw: Hardware) 
         f"run them in {target} (autocast)",
         (("dtype", dtype), ("suggested_dtype", target)),
     )
-    alternatives = ()
+    alternatives: tuple[Change, ...] = ()
     if dtype == "fp32" and hw.uses_tensor_cores("tf32"):
         alternatives = (Change(Suggestion("dtype", dtype, "tf32"), _retyped(covered, "tf32"),
                                f"keep fp32 tensors and set `{TF32_SWITCH}` (TF32 tensor cores)"),)

@@ -46,17 +46,17 @@ y = layer(torch.randn(168, 1024))    # batch requests / tokens: 168 reach the ri
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from shapelint.hardware import Hardware
 from shapelint.physics.reshape import resize
 from shapelint.physics.roofline import compute_bound, ridge
-from shapelint.records import ATTN_ROLES, Change, Gemm, Proposal, Suggestion
+from shapelint.records import ATTN_ROLES, Change, Gemm, Proposal, Severity, Suggestion
 from shapelint.rule_api import Example, RuleContext, by_module
 
 CODE = "SL201"
 NAME = "memory-bound-gemm"
-SEVERITY = "info"
+SEVERITY: Severity = "info"
 
 #: look for the compute-bound token count up to this many tokens
 MAX_TOKENS = 1 << 24

@@ -44,15 +44,15 @@ nn.Linear(8192, 768)   # or 1% fewer features, 8% less time
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from shapelint.hardware import Hardware
-from shapelint.records import Gemm, Proposal
+from shapelint.records import Gemm, Proposal, Severity
 from shapelint.rule_api import Example, RuleContext, quantization_proposals
 
 CODE = "SL202"
 NAME = "tile-quantization"
-SEVERITY = "warning"
+SEVERITY: Severity = "warning"
 
 #: least share of a layer's math spent on partial tiles worth a proposal
 MIN_WASTE = 0.02

@@ -48,15 +48,15 @@ nn.Linear(4096, 640)   # 80 tiles: a full wave, 25% more width for 7% more time
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from shapelint.hardware import Hardware
-from shapelint.records import Gemm, Proposal
+from shapelint.records import Gemm, Proposal, Severity
 from shapelint.rule_api import Example, RuleContext, quantization_proposals
 
 CODE = "SL203"
 NAME = "wave-quantization"
-SEVERITY = "warning"
+SEVERITY: Severity = "warning"
 
 #: look for a wave-filling size up to this fraction above the current one
 MAX_GROWTH = 0.25

@@ -43,20 +43,37 @@ nn.MultiheadAttention(800, 10)  # or keep 800 wide: head_dim 80
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from math import ceil
-from typing import Iterable, Sequence
 
 from shapelint.hardware import Hardware
 from shapelint.physics.attention import (
-    FLASH_DTYPE_BYTES, HEAD_DIM_PARAMS, HEADS_PARAMS, MAX_FUSED_HEAD_DIM, head_dim, is_fused, math_kernel, per_head)
+    FLASH_DTYPE_BYTES,
+    HEAD_DIM_PARAMS,
+    HEADS_PARAMS,
+    MAX_FUSED_HEAD_DIM,
+    head_dim,
+    is_fused,
+    math_kernel,
+    per_head,
+)
 from shapelint.physics.reshape import resize
-from shapelint.records import Change, Dim, Gemm, Proposal, SizeSearch, Suggestion, Work
+from shapelint.records import (
+    Change,
+    Dim,
+    Gemm,
+    Proposal,
+    Severity,
+    SizeSearch,
+    Suggestion,
+    Work,
+)
 from shapelint.rule_api import Example, RuleContext, by_module
 
 CODE = "SL301"
 NAME = "attention-head-dim"
-SEVERITY = "error"
+SEVERITY: Severity = "error"
 
 #: search for the padded head dimension up to the next multiple of this many elements
 SEARCH_SPAN = 64

@@ -40,22 +40,28 @@ y = F.scaled_dot_product_attention(q, k, v)  # add is_causal=True / attn_mask as
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from shapelint.hardware import Hardware
 from shapelint.physics.attention import (
-    GEMM_PASSES_BACKWARD, GEMM_PASSES_FORWARD, SOFTMAX_PASSES_BACKWARD, SOFTMAX_PASSES_FORWARD, HandWritten,
-    find_hand_written, softmax_traffic_bytes)
-from shapelint.records import Change, Gemm, Proposal, Suggestion, Work
+    GEMM_PASSES_BACKWARD,
+    GEMM_PASSES_FORWARD,
+    SOFTMAX_PASSES_BACKWARD,
+    SOFTMAX_PASSES_FORWARD,
+    HandWritten,
+    find_hand_written,
+    softmax_traffic_bytes,
+)
+from shapelint.records import Change, Gemm, Proposal, Severity, Suggestion, Work
 from shapelint.rule_api import Example, RuleContext
 
 CODE = "SL302"
 NAME = "materialized-attention"
-SEVERITY = "error"
+SEVERITY: Severity = "error"
 
 _MIB = 1 << 20
 

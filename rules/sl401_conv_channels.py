@@ -53,16 +53,24 @@ nn.Conv2d(32, 64, kernel_size=3, padding=1)  # pad the channels (zeros) to multi
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from shapelint.hardware import Hardware
 from shapelint.physics.conv import ConvCall, conv_calls, misaligned_channels, rebuild
-from shapelint.records import Change, Dim, Gemm, Proposal, SizeSearch, Suggestion
+from shapelint.records import (
+    Change,
+    Dim,
+    Gemm,
+    Proposal,
+    Severity,
+    SizeSearch,
+    Suggestion,
+)
 from shapelint.rule_api import Example, RuleContext, phases
 
 CODE = "SL401"
 NAME = "conv-channels"
-SEVERITY = "error"
+SEVERITY: Severity = "error"
 
 #: search for the padded channel count up to the next multiple of this many channels
 SEARCH_SPAN = 256

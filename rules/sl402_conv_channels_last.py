@@ -49,17 +49,17 @@ out = model(images.to(memory_format=torch.channels_last))
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Iterable, Sequence
 
 from shapelint.hardware import Hardware
 from shapelint.physics.conv import ConvCall, conv_calls, misaligned_channels
-from shapelint.records import Change, Gemm, Proposal, Suggestion
+from shapelint.records import Change, Gemm, Proposal, Severity, Suggestion
 from shapelint.rule_api import Example, RuleContext
 
 CODE = "SL402"
 NAME = "conv-channels-last"
-SEVERITY = "warning"
+SEVERITY: Severity = "warning"
 
 #: modules named in the message (the rest are counted)
 MODULES_SHOWN = 3

@@ -28,19 +28,27 @@ logits = logits[..., :50257]  # or: logits[..., 50257:] = float("-inf") before t
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 from shapelint.hardware import Hardware, ceil_div
 from shapelint.physics.reshape import resize
-from shapelint.records import Change, Dim, Gemm, Proposal, SizeSearch, Suggestion
+from shapelint.records import (
+    Change,
+    Dim,
+    Gemm,
+    Proposal,
+    Severity,
+    SizeSearch,
+    Suggestion,
+)
 from shapelint.rule_api import Example, RuleContext, phases
 
 CODE = "SL501"
 NAME = "vocab-padding"
-SEVERITY = "error"
+SEVERITY: Severity = "error"
 
 #: search for the padded vocabulary up to the next multiple of this many entries
 SEARCH_SPAN = 256

@@ -1,3 +1,5 @@
-from shapelint.cli import main
 import sys
+
+from shapelint.cli import main
+
 sys.exit(main())

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import datetime
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
 from shapelint.errors import ShapelintError
-from shapelint.price.gemm import gemm_time
 from shapelint.gemm_shapes import matrix
 from shapelint.hardware import PROFILE_DIR, Hardware, profile_from_dict
+from shapelint.price.gemm import gemm_time
 from shapelint.records import TORCH_DTYPE_NAMES, Gemm
 
 PEAK_SHAPES = {"bf16": 8192, "fp16": 8192, "tf32": 8192, "fp32": 4096}

@@ -17,8 +17,9 @@ import os
 import sys
 import sysconfig
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -217,10 +218,7 @@ class _Recorder:
         if kind == _VIEW and self._has(self.param_like, args[0]):
             for o in tensors:
                 self._mark(self.param_like, o)
-        if kind == _SOFTMAX_OP:
-            for o in tensors:
-                self._mark(self.softmaxed, o)
-        elif self.softmaxed and any(self._has(self.softmaxed, a) for a in args):
+        if kind == _SOFTMAX_OP or self.softmaxed and any(self._has(self.softmaxed, a) for a in args):
             for o in tensors:
                 self._mark(self.softmaxed, o)
 
@@ -470,7 +468,7 @@ def capture(
                 torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
     except ShapelintError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any failure in user code is reported cleanly
+    except Exception as exc:
         raise ShapelintError(f"cannot trace the model: {_one_line(exc)}") from exc
 
     gemms = []

@@ -8,8 +8,8 @@ import functools
 import importlib
 import importlib.util
 import pkgutil
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
@@ -17,7 +17,7 @@ from shapelint.records import Gemm, Proposal
 from shapelint.rule_api import Rule, RuleContext
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def builtin_rules() -> tuple[Rule, ...]:
     import shapelint.rules as pkg
 
@@ -39,7 +39,7 @@ def load_rules(rules_dirs: Sequence[str] = ()) -> tuple[Rule, ...]:
             mod = importlib.util.module_from_spec(spec)
             try:
                 spec.loader.exec_module(mod)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise ShapelintError(f"{file}: cannot load rule: {type(exc).__name__}: {exc}") from exc
             rules.append(Rule.from_module(mod))
     return _validated(rules)
@@ -74,7 +74,7 @@ def run_rules(rules: Iterable[Rule], gemms: Sequence[Gemm], hw: Hardware, ctx: R
             proposals = list(rule.check(gemms, hw, ctx))
         except ShapelintError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a broken rule is the rule's error, not ours
+        except Exception as exc:
             raise ShapelintError(f"rule {rule.code} ({rule.module.__name__}) failed: "
                                  f"{type(exc).__name__}: {exc}") from exc
         out.extend(proposals)

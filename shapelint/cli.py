@@ -6,8 +6,9 @@ import argparse
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn, Sequence
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from shapelint import __version__
 from shapelint.errors import ShapelintError
@@ -88,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("shapelint: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - never a traceback without --debug
+    except Exception as exc:
         if debug:
             raise
         print(f"shapelint: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", file=sys.stderr)
@@ -265,7 +266,7 @@ def _target_settings(path: Path) -> set[str]:
         doc = read_yaml(path)
     except ShapelintError:
         raise
-    except Exception:  # noqa: BLE001 - lint_target reports unreadable targets
+    except Exception:
         return set()
     return {k for k in _TARGET_SETTINGS if k in doc}
 

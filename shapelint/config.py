@@ -44,14 +44,23 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from shapelint.errors import ShapelintError
 from shapelint.files import parse_json, parse_toml, parse_yaml, read_text
-from shapelint.settings import BY_KEY, DTYPES, FORMATS, Settings, canonical, describe, validate
+from shapelint.settings import (
+    BY_KEY,
+    DTYPES,
+    FORMATS,
+    Settings,
+    canonical,
+    describe,
+    validate,
+)
 
 YAML_NAMES = (".shapelint.yaml", ".shapelint.yml")
 PYPROJECT = "pyproject.toml"
@@ -222,5 +231,13 @@ def module_ignored(finding: Any, per_module_ignores: dict[str, list[str]] | None
     return False
 
 
-__all__ = ["Config", "DTYPES", "FORMATS", "find_config", "load_config", "module_ignored", "read_config",
-           "validate_table"]
+__all__ = [
+    "DTYPES",
+    "FORMATS",
+    "Config",
+    "find_config",
+    "load_config",
+    "module_ignored",
+    "read_config",
+    "validate_table",
+]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from shapelint.capture import Capture
 from shapelint.hardware import resolve
@@ -19,7 +19,7 @@ def trace_example(rule: Rule, example: Example) -> tuple[Capture, RuleContext]:
     scope = {"torch": torch, "nn": nn, "F": F, "_rule": rule.module}
 
     def build() -> tuple[nn.Module, object]:
-        return eval(example.model, scope), eval(example.inputs, scope)  # noqa: S307 - rule authors' own snippets
+        return eval(example.model, scope), eval(example.inputs, scope)
 
     cap, model = trace(build, precision=example.dtype, training=example.training)
     ctx = RuleContext(precision=example.dtype, training=example.training, tokens=cap.tokens,

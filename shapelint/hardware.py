@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from shapelint.errors import ShapelintError
 from shapelint.files import parse_yaml, read_text
 
@@ -111,13 +110,13 @@ REQUIRED = ("name", "aliases", "arch", "sms", "l2_bytes", "memory_bandwidth_gbps
             "fp32_tflops", "alignment_bytes", "tiles", "wave_weight", "achievable", "sources")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _shipped_yaml(path: Path) -> Any:
     """Our own profile files: the C safe loader when PyYAML has one (fast; only
     for trusted files, see files.parse_yaml)."""
     import yaml
 
-    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _arch_table() -> dict[str, Any]:
@@ -169,7 +168,7 @@ def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware
         raise ShapelintError(f"{file or key}: malformed GPU profile: {exc}") from exc
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def builtin_profiles() -> dict[str, Hardware]:
     out = {}
     for path in sorted(PROFILE_DIR.glob("*.yaml")):

@@ -22,9 +22,10 @@ import os
 import re
 import sys
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -201,7 +202,7 @@ def _call_user(fn: Callable[..., Any], what: str, **kwargs: Any) -> Any:
         return fn(**kwargs)
     except ShapelintError:
         raise
-    except Exception as exc:  # noqa: BLE001 - user code may raise anything
+    except Exception as exc:
         raise ShapelintError(f"{what} raised {_one_line(exc)}") from exc
 
 
@@ -247,7 +248,7 @@ def _import_file(path: Path) -> Any:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
         raise ShapelintError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ShapelintError(f"{path}: importing it raised {_one_line(exc)}") from exc
     finally:
         with contextlib.suppress(ValueError):
@@ -282,7 +283,7 @@ def _resolve_builder(spec: str, base: Path) -> Callable[..., Any]:
     else:
         try:
             module = importlib.import_module(where)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ShapelintError(f"model: cannot import {where}: {_one_line(exc)}") from exc
     fn = getattr(module, fn_name, None)
     if not callable(fn):
@@ -453,7 +454,7 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
     fields = {k: v for k, v in doc.items() if k not in ("model_type", "transformers_version")}
     try:
         config = transformers.AutoConfig.for_model(model_type, **fields)
-    except Exception as exc:  # noqa: BLE001 - transformers validates configs on construction
+    except Exception as exc:
         raise ShapelintError(f"{where}: transformers rejects this config: {_one_line(exc)}") from exc
     defined_at: dict[int, Source] = {}
     with construction_sites(defined_at), torch.device("meta"), _default_dtype(dtype):
@@ -480,7 +481,7 @@ def _hf_model(transformers: Any, config: Any, where: str) -> torch.nn.Module:
                 return cls._from_config(config, attn_implementation="sdpa")
         except ValueError as exc:  # unrecognised configuration class for this auto class
             last = exc
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ShapelintError(f"{where}: transformers cannot build this model: {_one_line(exc)}") from exc
     raise ShapelintError(f"{where}: transformers cannot build a model for this config: {_one_line(last or Exception())}")
 

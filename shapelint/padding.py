@@ -15,8 +15,8 @@ True
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 
 def _grow(t: torch.Tensor, sizes: tuple[int, ...]) -> torch.Tensor:
@@ -65,12 +65,14 @@ def pad_conv(layer: nn.Conv2d, *, out_channels: int | None = None, in_channels: 
     in_c = in_channels or layer.in_channels
     if out_c < layer.out_channels or in_c < layer.in_channels:
         raise ValueError("padding can only grow a layer")
-    new = nn.Conv2d(in_c, out_c, layer.kernel_size, layer.stride, layer.padding, layer.dilation,
+    new = nn.Conv2d(in_c, out_c, layer.kernel_size, layer.stride, layer.padding,  # type: ignore[arg-type]
+                    layer.dilation,  # type: ignore[arg-type]
                     bias=layer.bias is not None, padding_mode=layer.padding_mode,
                     device=layer.weight.device, dtype=layer.weight.dtype)
     with torch.no_grad():
         new.weight.copy_(_grow(layer.weight, (out_c, in_c, *layer.kernel_size)))
         if layer.bias is not None:
+            assert new.bias is not None
             new.bias.copy_(_grow(layer.bias, (out_c,)))
     return new
 

@@ -9,8 +9,9 @@ describes a changed layer by new records derived with `dataclasses.replace`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Literal
 
 Phase = Literal["forward", "grad_input", "grad_weight", "recompute"]
 #: what a GEMM is known to be: a fused attention kernel's score-producing (QKᵀ, dP) or

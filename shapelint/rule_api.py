@@ -20,9 +20,10 @@ A rule is one module under ``rules/`` (shipped as ``shapelint.rules``) with:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, get_args
+from typing import Any, Protocol, get_args
 
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
@@ -30,7 +31,16 @@ from shapelint.physics.alignment import is_aligned
 from shapelint.physics.quantization import Cause, waste
 from shapelint.physics.reshape import resize
 from shapelint.physics.roofline import compute_bound
-from shapelint.records import ATTN_ROLES, Change, Dim, Gemm, Proposal, Severity, SizeSearch, Suggestion
+from shapelint.records import (
+    ATTN_ROLES,
+    Change,
+    Dim,
+    Gemm,
+    Proposal,
+    Severity,
+    SizeSearch,
+    Suggestion,
+)
 
 
 @dataclass(frozen=True)

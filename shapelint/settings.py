@@ -10,8 +10,9 @@ can tell "not given" from "given as the default".
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from shapelint.errors import ShapelintError
 

@@ -18,9 +18,9 @@ JSON has no comments, so a Hugging Face ``config.json`` cannot carry one: use
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from shapelint.records import Finding
 

@@ -10,10 +10,10 @@ divide are rounded up (Megatron pads the vocabulary the same way).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from shapelint.physics.reshape import set_dim
 from shapelint.hardware import ceil_div
+from shapelint.physics.reshape import set_dim
 from shapelint.records import Gemm
 
 COLUMN_PARALLEL = frozenset({

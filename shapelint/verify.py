@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Protocol
 
 from shapelint.hardware import Hardware
 from shapelint.records import TORCH_DTYPE_NAMES, Finding, Gemm, Operand
@@ -117,9 +118,9 @@ def check_finding(f: Finding, gemms: Sequence[Gemm], hw: Hardware, timer: Timer,
     cache: dict[Any, Timing | None] = {}
     for idx, after in zip(f.gemms, f.after):
         before = by_index[idx]
-        tb = _timed(before, timer, runner, cache)
-        ta = _timed(after, timer, runner, cache)
-        checks.append(GemmCheck(idx, before.op, before.phase, tb, ta, before.flops, after.flops,
+        t_before = _timed(before, timer, runner, cache)
+        t_after = _timed(after, timer, runner, cache)
+        checks.append(GemmCheck(idx, before.op, before.phase, t_before, t_after, before.flops, after.flops,
                                 hw.peak_tflops(before.dtype)))
     paired = [c for c in checks if c.before is not None and c.after is not None]
     if not paired:
@@ -168,7 +169,7 @@ def apply(findings: Sequence[Finding], checks: dict[int, FindingCheck], threshol
             continue
         frac_b = [x.tflops_fraction("before") for x in c.gemms]
         frac_a = [x.tflops_fraction("after") for x in c.gemms]
-        verify = {
+        verify: dict[str, object] = {
             "status": "confirmed" if c.confirmed(threshold) else "not confirmed",
             "before_ms": round(c.before_ms, 4),
             "after_ms": round(c.after_ms, 4),
@@ -267,12 +268,16 @@ def gpu_runner(device: str = "cuda") -> Callable[[Gemm], Callable[[], object] | 
 def _conv_runner(g: Gemm, dtype: Any, device: str) -> Callable[[], object] | None:
     import torch
 
-    x = dict(g.extra)
-    if not x or x.get("transposed"):
+    from shapelint.physics.conv import ConvCall
+
+    if not g.extra:
         return None
-    groups = int(x["groups"])  # type: ignore[arg-type]
-    n_batch, _, *spatial = x["input"]  # type: ignore[misc]
-    kernel = list(x["weight"][2:])  # type: ignore[index]
+    call = ConvCall(g.module, g.extra)
+    if call.transposed:
+        return None
+    groups = call.groups
+    n_batch, _, *spatial = call.shape("input")
+    kernel = list(call.kernel_shape)
     rs = math.prod(kernel)
     part = g.op.split(".", 1)[1] if "." in g.op else "forward"
     if part == "forward":
@@ -285,7 +290,7 @@ def _conv_runner(g: Gemm, dtype: Any, device: str) -> Callable[[], object] | Non
     fmt = torch.channels_last if channels_last and len(spatial) == 2 else torch.contiguous_format
     inp = torch.randn(n_batch, c_in, *spatial, dtype=dtype, device=device).to(memory_format=fmt)
     w = torch.randn(c_out, c_in // groups, *kernel, dtype=dtype, device=device).to(memory_format=fmt)
-    stride, padding, dilation = list(x["stride"]), list(x["padding"]), list(x["dilation"])  # type: ignore[arg-type]
+    stride, padding, dilation = (list(call.shape(k)) for k in ("stride", "padding", "dilation"))
     conv = torch.ops.aten.convolution.default
     if part == "forward":
         return lambda: conv(inp, w, None, stride, padding, dilation, False, [0] * len(spatial), groups)

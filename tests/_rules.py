@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Sequence
 
 from shapelint.hardware import Hardware
 from shapelint.price import Policy, price

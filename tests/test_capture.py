@@ -6,8 +6,8 @@ import resource
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -150,7 +150,7 @@ def oracle_flops(build, on_meta: bool = True) -> int:
 
 
 def test_mlp_flops_match_flop_counter() -> None:
-    build = lambda: (mlp([64, 128, 96, 32]), torch.randn(10, 64))  # noqa: E731
+    build = lambda: (mlp([64, 128, 96, 32]), torch.randn(10, 64))
     cap, _ = trace(build)
     assert sum(g.flops for g in cap.gemms) == oracle_flops(build)
 
@@ -169,7 +169,7 @@ class ConvNet(nn.Module):
 
 
 def test_conv_net_flops_match_flop_counter() -> None:
-    build = lambda: (ConvNet(), torch.randn(2, 3, 16, 16))  # noqa: E731
+    build = lambda: (ConvNet(), torch.randn(2, 3, 16, 16))
     cap, _ = trace(build)
     convs = [g for g in cap.gemms if g.role == "conv"]
     # 3 forward convs, 3 weight grads, 2 input grads (the stem's input needs none)
@@ -198,7 +198,7 @@ class TinyTransformer(nn.Module):
 
 def test_sdpa_transformer_flops_match_flop_counter_plus_the_named_recompute() -> None:
     b, t, dim, heads = 2, 16, 32, 4
-    build = lambda: (TinyTransformer(dim, heads), torch.randn(b, t, dim))  # noqa: E731
+    build = lambda: (TinyTransformer(dim, heads), torch.randn(b, t, dim))
     cap, _ = trace(build)
     attn = [g for g in cap.gemms if g.op.startswith("sdpa")]
     assert sorted(g.op for g in attn) == sorted(

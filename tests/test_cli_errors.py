@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _cli_helpers import assert_one_error_line, run, snapshot, write_model
 
 GPT2_TINY = {

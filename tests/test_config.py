@@ -8,12 +8,18 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _cli_helpers import assert_one_error_line, run, write_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _cli_helpers import assert_one_error_line, run, write_model
 from shapelint import load
-from shapelint.config import Config, find_config, load_config, module_ignored, read_config
+from shapelint.config import (
+    Config,
+    find_config,
+    load_config,
+    module_ignored,
+    read_config,
+)
 from shapelint.errors import ShapelintError
 from shapelint.records import Finding
 

@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from _cli_helpers import LINEAR_LINE, assert_one_error_line, run, snapshot, write_model
+
 from shapelint import check, hardware
 from shapelint.lint import Options, Result, lint_target, with_findings
 from shapelint.records import Source, Suggestion
@@ -108,7 +108,7 @@ def test_sarif_fingerprint_is_stable_when_lines_move(project: Path) -> None:
     after = sarif.document([_lint(path)], _sl101())
     (a,), (b,) = before["runs"][0]["results"], after["runs"][0]["results"]
     assert a["partialFingerprints"] == b["partialFingerprints"]
-    start = lambda r: r["locations"][0]["physicalLocation"]["region"]["startLine"]  # noqa: E731
+    start = lambda r: r["locations"][0]["physicalLocation"]["region"]["startLine"]
     assert start(b) == start(a) + 2
     # and a different suggestion is a different alert
     r = _lint(path)

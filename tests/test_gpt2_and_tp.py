@@ -59,10 +59,11 @@ def test_tensor_parallel_pads_the_vocab_for_each_gpu(gpt2_config: str, capsys) -
 
 
 def test_tp_shards_columns_and_rows() -> None:
+    import torch
+    from torch import nn
+
     from shapelint.lint import trace
     from shapelint.tp import shard
-    import torch
-    import torch.nn as nn
 
     class Mlp(nn.Module):
         def __init__(self) -> None:

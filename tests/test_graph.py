@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 from shapelint.capture import capture, to_precision
 from shapelint.cli import main

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
-from shapelint.padding import mask_padded_logits, pad_conv, pad_embedding, pad_input_features, pad_linear
+from shapelint.padding import (
+    mask_padded_logits,
+    pad_conv,
+    pad_embedding,
+    pad_input_features,
+    pad_linear,
+)
 
 torch.manual_seed(0)
 
@@ -60,9 +66,9 @@ def test_tied_lm_head_with_masked_logits_is_equivalent() -> None:
             logits = mask_padded_logits(logits, vocab)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
-    l, lp = loss(emb, False), loss(emb_p, True)
-    torch.testing.assert_close(lp, l)
-    (g,), (gp,) = grads(l, emb.weight), grads(lp, emb_p.weight)
+    ref, lp = loss(emb, False), loss(emb_p, True)
+    torch.testing.assert_close(lp, ref)
+    (g,), (gp,) = grads(ref, emb.weight), grads(lp, emb_p.weight)
     torch.testing.assert_close(gp[:vocab], g)
     assert torch.count_nonzero(gp[vocab:]) == 0
 

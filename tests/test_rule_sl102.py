@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
-
 from _rules import run_rule
+from shapelint.rules import sl102_no_tensor_cores as sl102
+from torch import nn
+
 from shapelint.hardware import resolve
 from shapelint.lint import trace
 from shapelint.rule_api import RuleContext
-from shapelint.rules import sl102_no_tensor_cores as sl102
 
 
 def findings(build, gpu: str, dtype: str):
@@ -51,7 +51,7 @@ def test_volta_tf32_has_no_tensor_cores_suggests_fp16() -> None:
 
 
 def test_one_finding_per_module() -> None:
-    model = lambda: (nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)),  # noqa: E731
+    model = lambda: (nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)),
                      torch.randn(4096, 1024))
     cap, fs = findings(model, "h100", "fp32")
     assert sorted(f.module for f in fs) == ["0", "2"]  # ranked by what they save

@@ -4,15 +4,15 @@ and the token count that reaches it."""
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
-
 from _rules import run_rule
-from shapelint.physics.reshape import resize
-from shapelint.price.gemm import total_ms
+from shapelint.rules import sl201_memory_bound_gemm as sl201
+from torch import nn
+
 from shapelint.hardware import resolve
 from shapelint.lint import trace
+from shapelint.physics.reshape import resize
+from shapelint.price.gemm import total_ms
 from shapelint.rule_api import RuleContext
-from shapelint.rules import sl201_memory_bound_gemm as sl201
 
 
 def run(build, gpu: str = "h100", dtype: str = "bf16", training: bool = True):
@@ -62,7 +62,7 @@ def test_training_covers_every_phase_of_the_token_dimension() -> None:
 
 
 def test_decode_mlp_on_h100() -> None:
-    model = lambda: (nn.Sequential(nn.Linear(4096, 16384), nn.GELU(), nn.Linear(16384, 4096)),  # noqa: E731
+    model = lambda: (nn.Sequential(nn.Linear(4096, 16384), nn.GELU(), nn.Linear(16384, 4096)),
                      torch.randn(8, 1, 4096))
     _, fs = run(model, training=False)
     # the two layers get the same advice, grouped as repeated layers are
@@ -79,7 +79,7 @@ def test_narrow_layer_never_compute_bound_is_not_reported() -> None:
 
 
 def test_negligible_module_is_not_reported() -> None:
-    model = lambda: (nn.Sequential(nn.Linear(1024, 8192), nn.GELU(), nn.Linear(8192, 1024),  # noqa: E731
+    model = lambda: (nn.Sequential(nn.Linear(1024, 8192), nn.GELU(), nn.Linear(8192, 1024),
                                    nn.AdaptiveAvgPool2d((1, None)), nn.Linear(1024, 1024)),
                      torch.randn(1, 16384, 1024))
     cap, fs = run(model, training=False)

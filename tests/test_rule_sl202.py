@@ -5,16 +5,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-import torch.nn as nn
-
 from _rules import run_rule
-from shapelint.price import Policy
-from shapelint.physics.quantization import quantization
-from shapelint.price.gemm import gemm_time, total_ms
+from shapelint.rules import sl202_tile_quantization as sl202
+from torch import nn
+
 from shapelint.hardware import resolve
 from shapelint.lint import trace, vocab_sizes
+from shapelint.physics.quantization import quantization
+from shapelint.price import Policy
+from shapelint.price.gemm import gemm_time, total_ms
 from shapelint.rule_api import RuleContext
-from shapelint.rules import sl202_tile_quantization as sl202
 
 
 def run(build, gpu: str = "h100", dtype: str = "bf16", policy: Policy = Policy(), **ctx):

@@ -5,16 +5,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-import torch.nn as nn
-
 from _rules import run_rule
-from shapelint.price import Policy
-from shapelint.physics.quantization import Quantization, quantization
-from shapelint.physics.reshape import resize
+from shapelint.rules import sl203_wave_quantization as sl203
+from torch import nn
+
 from shapelint.hardware import resolve
 from shapelint.lint import trace
+from shapelint.physics.quantization import Quantization, quantization
+from shapelint.physics.reshape import resize
+from shapelint.price import Policy
 from shapelint.rule_api import RuleContext
-from shapelint.rules import sl203_wave_quantization as sl203
 
 
 def run(n_in: int, n_out: int, tokens: int, gpu: str, dtype: str = "bf16", policy: Policy = Policy()):

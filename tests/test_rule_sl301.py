@@ -4,15 +4,15 @@ kernels refuse (not a multiple of 8 in bf16/fp16, or above 256)."""
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
-
 from _rules import run_rule
-from shapelint.physics.attention import head_dim, per_head
-from shapelint.price.gemm import total_ms
+from shapelint.rules import sl301_attention_head_dim as sl301
+from torch import nn
+
 from shapelint.hardware import resolve
 from shapelint.lint import trace
+from shapelint.physics.attention import head_dim, per_head
+from shapelint.price.gemm import total_ms
 from shapelint.rule_api import RuleContext
-from shapelint.rules import sl301_attention_head_dim as sl301
 
 H100 = resolve("h100")
 
@@ -57,7 +57,7 @@ def test_keep_width_prefers_the_nearest_aligned_head_dim() -> None:
     assert sl301._keep_width(100, 12, 8) == (10, 120)  # 80 and 120 tie: the larger one
     assert sl301._keep_width(300, 4, 8) == (5, 240)
     assert sl301._keep_width(300, 3, 8) is None  # 900 wide: no multiple of 8 divides it
-    
+
 
 def test_head_dim_320_splits_each_head_in_two() -> None:
     cap, fs = run(1280, 4)

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
-
 from _rules import run_rule
+from shapelint.rules import sl302_materialized_attention as sl302
+from torch import nn
+
+from shapelint.hardware import resolve
+from shapelint.lint import trace
 from shapelint.physics.attention import softmax_traffic_bytes
 from shapelint.price.gemm import total_ms, work_ms
 from shapelint.records import Work
-from shapelint.hardware import resolve
-from shapelint.lint import trace
 from shapelint.rule_api import RuleContext
-from shapelint.rules import sl302_materialized_attention as sl302
 
 H100 = resolve("h100")
 

@@ -7,20 +7,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-import torch.nn as nn
-
 from _rules import run_rule
-from shapelint.rule_api import Rule
-from shapelint.price import Policy
+from shapelint.rules import sl401_conv_channels as sl401
+from torch import nn
+
 from shapelint.examples_runner import run_example
 from shapelint.hardware import resolve
 from shapelint.lint import trace
-from shapelint.rule_api import RuleContext
-from shapelint.rules import sl401_conv_channels as sl401
+from shapelint.price import Policy
+from shapelint.rule_api import Rule, RuleContext
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 H100 = resolve("h100")
+#: a policy that reports every proposal
+EVERYTHING = Policy(min_loss=0.0, min_speedup=1.0, min_step_share=0.0)
 NHWC = dict(memory_format=torch.channels_last)
 
 
@@ -71,7 +72,7 @@ def test_convnet_example_pads_conv1_and_conv2() -> None:
     # padding measured 1.28x (conv1) and 1.29x (conv2) on an H200, NCHW, forward + backward
     assert 1.15 < f1.est_speedup < 1.45 and 1.15 < f2.est_speedup < 1.45
     # with every gain reported: the same two; the stem's 3 input channels never
-    _, every = run(lambda: convnet.shapelint_model(64), policy=Policy(min_loss=0.0, min_speedup=1.0, min_step_share=0.0))
+    _, every = run(lambda: convnet.shapelint_model(64), policy=EVERYTHING)
     assert {x.module for x in every} == {"conv1", "conv2"}
     assert all(x.suggestion.from_ != 3 for x in every)
 
@@ -145,7 +146,7 @@ def test_not_flagged() -> None:
     assert run(conv("nn.Conv2d(4, 64, 3, stride=2, padding=1)", (32, 4, 224, 224)))[1] == []
     assert run(conv("nn.Conv2d(64, 128, 3, padding=1)", (64, 64, 56, 56)))[1] == []
     assert run(conv("nn.Conv2d(30, 60, 3, padding=1)", (64, 30, 56, 56)), dtype="fp32")[1] == []
-    assert run(conv("nn.Conv2d(30, 30, 3, padding=1, groups=30)", (64, 30, 56, 56)), policy=Policy(min_loss=0.0, min_speedup=1.0, min_step_share=0.0))[1] == []
+    assert run(conv("nn.Conv2d(30, 30, 3, padding=1, groups=30)", (64, 30, 56, 56)), policy=EVERYTHING)[1] == []
     assert sl401.misaligned_channels(geometry(3, 30), 8) == {"out_channels": 30}
 
 

@@ -5,16 +5,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-import torch.nn as nn
-
 from _rules import run_rule
-from shapelint.rule_api import Rule
-from shapelint.price.gemm import total_ms
+from shapelint.rules import sl402_conv_channels_last as sl402
+from torch import nn
+
 from shapelint.examples_runner import run_example
 from shapelint.hardware import resolve
 from shapelint.lint import trace
-from shapelint.rule_api import RuleContext
-from shapelint.rules import sl402_conv_channels_last as sl402
+from shapelint.price.gemm import total_ms
+from shapelint.rule_api import Rule, RuleContext
 
 H100 = resolve("h100")
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from _cli_helpers import LINEAR_LINE, run, snapshot, write_model
+
 from shapelint.records import Finding, Source
 from shapelint.suppress import ALL, LineReader, apply, codes_on_line
 

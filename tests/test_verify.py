@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn as nn
+from torch import nn
 
 from shapelint.check import builtin_rules, run_rules
 from shapelint.hardware import resolve
@@ -105,7 +105,7 @@ def test_sdpa_kernels_are_timed_once_per_kernel() -> None:
         def forward(self, q, k, v):
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    q = lambda: torch.randn(2, 4, 64, 100, requires_grad=True)  # noqa: E731
+    q = lambda: torch.randn(2, 4, 64, 100, requires_grad=True)
     cap, _ = trace(lambda: (Attn(), (q(), q(), q())))
     keys = {_kernel_key(g) for g in cap.gemms}
     assert len([k for k in keys if k is not None]) == 2  # the forward and the backward kernel
@@ -137,8 +137,8 @@ def test_calibrate_fit_makes_a_loadable_profile_from_measurements() -> None:
     from dataclasses import replace as dc_replace
 
     from shapelint.calibrate import WAVE_K, WAVE_M, WAVE_NS, _gemm, closest_base, fit
-    from shapelint.price.gemm import gemm_time
     from shapelint.hardware import profile_from_dict
+    from shapelint.price.gemm import gemm_time
 
     base = closest_base("NVIDIA H200")
     assert base["aliases"] == ["h200"]

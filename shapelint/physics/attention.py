@@ -11,10 +11,10 @@ produced the scores.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
-from shapelint.records import ATTN_ROLES, Gemm, Operand, Work
+from shapelint.records import ATTN_ROLES, Gemm, Operand, Role, Work
 
 #: largest head dimension PyTorch's flash / cuDNN attention kernels take (bf16/fp16)
 MAX_FUSED_HEAD_DIM = 256
@@ -108,7 +108,7 @@ def fused(g: Gemm, tq: int, tk: int, op: str) -> Gemm:
     a = _on_chip(g.a) if _is_scores(g.a, tq, tk) else g.a
     b = _on_chip(g.b) if _is_scores(g.b, tq, tk) else g.b
     out = _on_chip(g.out) if _is_scores(g.out, tq, tk) else g.out
-    role = "attn_scores" if not out.in_memory else "attn_values"
+    role: Role = "attn_scores" if not out.in_memory else "attn_values"
     return replace(g, op=op, a=a, b=b, out=out, role=role, extra=(("is_causal", False),))
 
 

@@ -8,9 +8,10 @@ with the new channel counts, so the two can never disagree.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from math import prod
-from typing import Sequence, cast
+from typing import cast
 
 from shapelint.gemm_shapes import GemmShape, _dgrad_gemm, _fwd_gemm, _wgrad_gemm
 from shapelint.records import Gemm
@@ -32,7 +33,7 @@ class ConvCall:
     def _get(self, key: str) -> object:
         return dict(self.extra)[key]
 
-    def _shape(self, key: str) -> tuple[int, ...]:
+    def shape(self, key: str) -> tuple[int, ...]:
         return tuple(int(d) for d in cast(Sequence[int], self._get(key)))
 
     @property
@@ -45,16 +46,16 @@ class ConvCall:
 
     @property
     def in_channels(self) -> int:
-        return self._shape("input")[1]
+        return self.shape("input")[1]
 
     @property
     def out_channels(self) -> int:
-        w = self._shape("weight")
+        w = self.shape("weight")
         return w[1] * self.groups if self.transposed else w[0]
 
     @property
     def kernel_shape(self) -> tuple[int, ...]:
-        return self._shape("weight")[2:]
+        return self.shape("weight")[2:]
 
     @property
     def kernel(self) -> int:
@@ -67,7 +68,7 @@ class ConvCall:
 
     def with_channels(self, c_in: int, c_out: int) -> Extra:
         """The recorded geometry with other channel counts."""
-        n, _, *spatial = self._shape("input")
+        n, _, *spatial = self.shape("input")
         g = self.groups
         x = dict(self.extra)
         x["input"] = (n, c_in, *spatial)

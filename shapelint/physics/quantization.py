@@ -8,8 +8,9 @@ tiles (the profile's tile shapes), and runs the tiles in waves of one per SM.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Literal
+from typing import Literal
 
 from shapelint.hardware import Hardware, ceil_div
 from shapelint.records import Gemm

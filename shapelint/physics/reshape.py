@@ -56,7 +56,9 @@ def set_dim(g: Gemm, axis: str, new: int) -> Gemm:
         bs = rows * cols if op.batch_stride and op.batch_stride == op.rows * op.cols else op.batch_stride
         return replace(op, rows=rows, cols=cols, ld=ld, batch_stride=bs)
 
-    return replace(g, **{axis: new}, a=fix(g.a, "m", "k"), b=fix(g.b, "k", "n"), out=fix(g.out, "m", "n"))
+    dims = {"m": g.m, "n": g.n, "k": g.k, axis: new}
+    return replace(g, m=dims["m"], n=dims["n"], k=dims["k"], a=fix(g.a, "m", "k"), b=fix(g.b, "k", "n"),
+                   out=fix(g.out, "m", "n"))
 
 
 def unit(dim: Dim) -> int:

@@ -23,13 +23,21 @@ Findings are ranked by the time they save per step.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
 
 from shapelint.hardware import Hardware
 from shapelint.physics.reshape import candidates, smaller
 from shapelint.price.gemm import gemm_ms, work_ms
-from shapelint.records import Alternative, Change, Finding, Gemm, Proposal, SizeSearch, Work
+from shapelint.records import (
+    Alternative,
+    Change,
+    Finding,
+    Gemm,
+    Proposal,
+    SizeSearch,
+    Work,
+)
 
 #: a candidate size within this fraction of the best time counts as reaching it
 NEAR_BEST = 0.01

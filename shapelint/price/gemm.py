@@ -27,8 +27,8 @@ shapes), never by object identity.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from shapelint.hardware import Hardware
 from shapelint.physics.alignment import input_alignment, is_aligned, output_alignment

@@ -11,7 +11,7 @@ annotations need. Suppressed findings are never annotated.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from shapelint.lint import Result
 from shapelint.report.sarif import location, message, relative_path

@@ -7,7 +7,8 @@ Top level: ``gemms``, ``findings``, ``summary`` (and ``targets``, one summary ea
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from shapelint import __version__
 from shapelint.lint import Result

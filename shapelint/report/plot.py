@@ -12,8 +12,9 @@ Needs matplotlib (``pip install 'shapelint[plot]'``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from shapelint.errors import ShapelintError
 from shapelint.lint import Result

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import IO, Sequence
+from collections.abc import Sequence
+from typing import IO
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from shapelint.price.gemm import gemm_time
 from shapelint.lint import Result
+from shapelint.price.gemm import gemm_time
 from shapelint.records import Finding
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -59,12 +60,13 @@ def _finding(console: Console, f: Finding) -> None:
                                     f" ({alt.note}): est. {alt.est_speedup:.2f}×"), highlight=False)
     v = f.verification
     if v is not None and v.get("status") != "not run":
-        fractions = [(g["before_peak_fraction"], g["after_peak_fraction"]) for g in v.get("gemms", [])
+        rows: list[dict[str, float]] = v.get("gemms", [])  # type: ignore[assignment]
+        fractions = [(g["before_peak_fraction"], g["after_peak_fraction"]) for g in rows
                      if g.get("before_peak_fraction") is not None and g.get("after_peak_fraction") is not None]
         peak = "; % of peak before → after: " + ", ".join(f"{100 * b:.0f}→{100 * a:.0f}" for b, a in fractions) \
             if fractions else ""
         style = "green" if v["status"] == "confirmed" else "yellow"
-        console.print(Text.assemble("      ", (v["status"], style),
+        console.print(Text.assemble("      ", (str(v["status"]), style),
                                     f": {v['before_ms']:.3f} ms → {v['after_ms']:.3f} ms measured{peak}"),
                       highlight=False)
     if len(f.modules) > 1:
