@@ -11,8 +11,7 @@ rule solves for the smallest token count (the GEMM dimension that is not a
 module parameter: ``m`` of a Linear's forward) that reaches the ridge, and
 suggests it. The finding covers the module's GEMMs of every phase that share
 that token dimension. Layers too narrow to become compute-bound at any token
-count are not proposed; whether the rest is worth reporting (a layer whose GEMM
-time is a negligible share of the step is not) is the reporting policy's call.
+count are not proposed; the reporting policy drops negligible shares of the step.
 
 The estimated speedup is a throughput gain, not a shorter step: time per token
 at the current token count over time per token at the suggested one (the step
@@ -134,20 +133,17 @@ def _tokens_needed(g: Gemm, tokens: int, target: float) -> int | None:
 
 
 def _count(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 def _proposal(covered: tuple[Gemm, ...], tokens: int, to: int, hw: Hardware) -> Proposal:
     g = next(h for h in covered if h.phase == "forward")
     ops_per_byte = ridge(g, hw)
     after = tuple(resize(h, tokens, to) for h in covered)
-    change = Change(
-        Suggestion("batch", tokens, to), after,
+    change = Change(Suggestion("batch", tokens, to), after, (
         f"memory-bound at {_count(tokens, 'token')} per step: arithmetic intensity {g.intensity:.0f} FLOP/B "
         f"< {ops_per_byte:.0f}, the GPU's {g.dtype} ops:byte ({_count(len(covered), 'GEMM')}); "
-        f"{to} tokens per step (batch x sequence) make it compute-bound",
-        (("intensity", g.intensity), ("ops_per_byte", ops_per_byte), ("intensity_after", after[covered.index(g)].intensity),
-         ("tokens", tokens), ("tokens_needed", to)),
+        f"{to} tokens per step (batch x sequence) make it compute-bound"),
+        (("intensity", g.intensity), ("ops_per_byte", ops_per_byte),
+         ("intensity_after", after[covered.index(g)].intensity), ("tokens", tokens), ("tokens_needed", to)),
     )
-    # throughput: the current tokens at the larger batch's time per token
     return Proposal(CODE, NAME, SEVERITY, covered, change, gain="throughput")

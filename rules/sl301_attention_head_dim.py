@@ -48,27 +48,9 @@ from dataclasses import replace
 from math import ceil
 
 from shapelint.hardware import Hardware
-from shapelint.physics.attention import (
-    FLASH_DTYPE_BYTES,
-    HEAD_DIM_PARAMS,
-    HEADS_PARAMS,
-    MAX_FUSED_HEAD_DIM,
-    head_dim,
-    is_fused,
-    math_kernel,
-    per_head,
-)
+from shapelint.physics import attention as att
 from shapelint.physics.reshape import resize
-from shapelint.records import (
-    Change,
-    Dim,
-    Gemm,
-    Proposal,
-    Severity,
-    SizeSearch,
-    Suggestion,
-    Work,
-)
+from shapelint.records import Change, Dim, Gemm, Proposal, Severity, SizeSearch, Suggestion, Work
 from shapelint.rule_api import Example, RuleContext, by_module
 
 CODE = "SL301"
@@ -103,43 +85,24 @@ def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> It
     for gs in by_module(gemms).values():
         calls: dict[tuple[int, int, str], list[Gemm]] = {}
         for g in gs:
-            if is_fused(g) and hardware.uses_tensor_cores(g.dtype):
-                calls.setdefault((g.batch, head_dim(g), g.dtype), []).append(g)
+            if att.is_fused(g) and hardware.uses_tensor_cores(g.dtype):
+                calls.setdefault((g.batch, att.head_dim(g), g.dtype), []).append(g)
         for (_, d, _), call in calls.items():
             align = hardware.align_elems(call[0].dtype_bytes)
-            if d > MAX_FUSED_HEAD_DIM and call[0].dtype_bytes == FLASH_DTYPE_BYTES:
+            if d > att.MAX_FUSED_HEAD_DIM and call[0].dtype_bytes == att.FLASH_DTYPE_BYTES:
                 yield _too_large(tuple(call), d, align)
             elif d % align:
                 yield _misaligned(tuple(call), d, align)
 
 
-def _param(g: Gemm, names: tuple[str, ...], value: int | None = None) -> tuple[str, int] | None:
-    params = dict(g.module_params)
-    for name in names:
-        if name in params and (value is None or params[name] == value):
-            return name, params[name]
-    return None
-
-
-def _keep_width(d: int, heads: int, align: int) -> tuple[int, int] | None:
-    """(heads, head_dim) with the same hidden size heads·d and an aligned head_dim of
-    at most MAX_FUSED_HEAD_DIM, the head_dim nearest ``d``; None if there is none."""
-    hidden = heads * d
-    options = [c for c in range(align, MAX_FUSED_HEAD_DIM + 1, align) if hidden % c == 0]
-    if not options:
-        return None
-    best = min(options, key=lambda c: (abs(c - d), -c))
-    return hidden // best, best
-
-
 def _misaligned(call: tuple[Gemm, ...], d: int, align: int) -> Proposal:
     g = call[0]
     # the records show the head dimension as given; the kernels pad it (per-head rows of d)
-    now = tuple(per_head(h, d) for h in call)
-    named = _param(g, HEAD_DIM_PARAMS, d)
+    now = tuple(att.per_head(h, d) for h in call)
+    named = att.param_of(g, att.HEAD_DIM_PARAMS, d)
     param = named[0] if named else (g.param(d) or "head_dim")
-    heads = _param(g, HEADS_PARAMS)
-    alt = _keep_width(d, heads[1], align) if heads else None
+    heads = att.param_of(g, att.HEADS_PARAMS)
+    alt = att.keep_width(d, heads[1], align) if heads else None
     alt_text = (f"; to keep the hidden size {heads[1] * d}, use {heads[0]} = {alt[0]} (head_dim {alt[1]})"
                 if heads and alt else "")
 
@@ -155,29 +118,29 @@ def _misaligned(call: tuple[Gemm, ...], d: int, align: int) -> Proposal:
         )
 
     return Proposal(CODE, NAME, SEVERITY, call, SizeSearch((Dim(d, align, SEARCH_SPAN),), at),
-                    now=Work(now), references=(("math_kernel", math_kernel(call)),))
+                    now=Work(now), references=(("math_kernel", att.math_kernel(call)),))
 
 
 def _too_large(call: tuple[Gemm, ...], d: int, align: int) -> Proposal:
     g = call[0]
-    split = ceil(d / MAX_FUSED_HEAD_DIM)
-    heads = _param(g, HEADS_PARAMS)
-    named = _param(g, HEAD_DIM_PARAMS, d)
+    split = ceil(d / att.MAX_FUSED_HEAD_DIM)
+    heads = att.param_of(g, att.HEADS_PARAMS)
+    named = att.param_of(g, att.HEAD_DIM_PARAMS, d)
 
     def at(sizes: tuple[int, ...]) -> Change:
-        to = min(sizes[0], MAX_FUSED_HEAD_DIM)
+        to = min(sizes[0], att.MAX_FUSED_HEAD_DIM)
         if heads:
             suggestion = Suggestion(heads[0], heads[1], heads[1] * split)
         else:
             suggestion = Suggestion(named[0] if named else (g.param(d) or "head_dim"), d, to)
         return Change(
             suggestion, tuple(replace(resize(h, d, to), batch=h.batch * split) for h in call),
-            f"head_dim = {d} is above {MAX_FUSED_HEAD_DIM}: no flash / cuDNN attention kernel takes it, so "
+            f"head_dim = {d} is above {att.MAX_FUSED_HEAD_DIM}: no flash / cuDNN attention kernel takes it, so "
             f"PyTorch runs the memory-efficient or math kernel; split each head in {split} "
             f"(head_dim {to}, {split}x the heads)",
             (("head_dim", d), ("head_dim_after", to), ("head_split", split), ("seq_q", g.m), ("seq_k", g.n)),
         )
 
-    math = math_kernel(call)
+    math = att.math_kernel(call)
     return Proposal(CODE, NAME, SEVERITY, call, SizeSearch((Dim(ceil(d / split), align, SEARCH_SPAN),), at),
                     now=math, references=(("math_kernel", math),))

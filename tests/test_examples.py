@@ -1,11 +1,12 @@
 """Every shipped example: a snapshot of its text report and an assertion of its
-findings in JSON. Update the snapshots with SHAPELINT_UPDATE_SNAPSHOTS=1 after
-reading the difference."""
+findings in JSON. A report that differs from its snapshot fails the test, shows the
+difference and is written beside the snapshot as ``NAME.txt.new``: review it, then
+``mv`` it over the snapshot if the change is intended."""
 
 from __future__ import annotations
 
+import difflib
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,10 @@ def test_example_text_snapshot(target: str, capsys: pytest.CaptureFixture[str]) 
     main([target, "--gpu", "h100"])
     text = capsys.readouterr().out
     snap = SNAPSHOTS / (target.replace("examples/", "").replace("/", "_") + ".txt")
-    if os.environ.get("SHAPELINT_UPDATE_SNAPSHOTS"):
-        snap.write_text(text)
-    assert text == snap.read_text()
+    expected = snap.read_text()
+    new = snap.with_name(snap.name + ".new")
+    if text != expected:
+        new.write_text(text)
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(snap), str(new)))
+        pytest.fail(f"report differs from its snapshot; review {new}:\n{diff}")
+    new.unlink(missing_ok=True)

@@ -10,7 +10,7 @@ from torch import nn
 
 from shapelint.hardware import resolve
 from shapelint.lint import trace
-from shapelint.physics.attention import head_dim, per_head
+from shapelint.physics.attention import head_dim, keep_width, per_head
 from shapelint.price.gemm import total_ms
 from shapelint.rule_api import RuleContext
 
@@ -53,10 +53,10 @@ def test_head_dim_100_pads_to_104_or_keeps_width_with_10_heads() -> None:
 
 
 def test_keep_width_prefers_the_nearest_aligned_head_dim() -> None:
-    assert sl301._keep_width(100, 8, 8) == (10, 80)
-    assert sl301._keep_width(100, 12, 8) == (10, 120)  # 80 and 120 tie: the larger one
-    assert sl301._keep_width(300, 4, 8) == (5, 240)
-    assert sl301._keep_width(300, 3, 8) is None  # 900 wide: no multiple of 8 divides it
+    assert keep_width(100, 8, 8) == (10, 80)
+    assert keep_width(100, 12, 8) == (10, 120)  # 80 and 120 tie: the larger one
+    assert keep_width(300, 4, 8) == (5, 240)
+    assert keep_width(300, 3, 8) is None  # 900 wide: no multiple of 8 divides it
 
 
 def test_head_dim_320_splits_each_head_in_two() -> None:

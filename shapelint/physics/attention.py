@@ -64,6 +64,26 @@ def per_head(g: Gemm, d: int) -> Gemm:
     return replace(g, a=_per_head(g.a, d), b=_per_head(g.b, d), out=_per_head(g.out, d))
 
 
+def param_of(g: Gemm, names: tuple[str, ...], value: int | None = None) -> tuple[str, int] | None:
+    """The first of ``names`` among the owning module's parameters (of ``value``, if given)."""
+    params = dict(g.module_params)
+    for name in names:
+        if name in params and (value is None or params[name] == value):
+            return name, params[name]
+    return None
+
+
+def keep_width(d: int, heads: int, align: int) -> tuple[int, int] | None:
+    """(heads, head_dim) with the same hidden size heads·d and an aligned head_dim of
+    at most MAX_FUSED_HEAD_DIM, the head_dim nearest ``d``; None if there is none."""
+    hidden = heads * d
+    options = [c for c in range(align, MAX_FUSED_HEAD_DIM + 1, align) if hidden % c == 0]
+    if not options:
+        return None
+    best = min(options, key=lambda c: (abs(c - d), -c))
+    return hidden // best, best
+
+
 def softmax_traffic_bytes(score_elems: int, dtype_bytes: int, training: bool) -> int:
     """Bytes the softmax passes over a materialised score matrix move (forward, and
     backward when training)."""
