@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 import yaml
+from _cli_helpers import assert_one_error_line, run, write_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _cli_helpers import assert_one_error_line, run, write_model
 from shapelint.engine import builtin_rules, run_rules, step_estimate
 from shapelint.errors import ShapelintError
 from shapelint.hardware import PROFILE_DIR, Hardware, profile_from_dict

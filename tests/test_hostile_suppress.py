@@ -10,7 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shapelint.engine import builtin_rules
-from shapelint.suppress import ALL, LineReader, codes_on_line, comments, line_problems, problems
+from shapelint.suppress import (
+    ALL,
+    LineReader,
+    codes_on_line,
+    comments,
+    line_problems,
+    problems,
+)
 
 KNOWN = frozenset({m.CODE for m in builtin_rules()} | {m.NAME for m in builtin_rules()})
 
