@@ -88,7 +88,8 @@ def check_defined_inside(fn: Any, module: str | None, yaml_path: Path, allow: Se
     """The builder itself must be defined in the project (or an allow-listed module),
     not merely imported into a project module."""
     if not callable(fn):
-        raise ShapelintError(f"{where}: model: {spec}: no such function")
+        place, _, name = spec.rpartition(":")
+        raise ShapelintError(f"{where}: model: {place} has no function {name}")
     root = project_root(yaml_path)
     for candidate in (fn, inspect.unwrap(fn) if inspect.isfunction(fn) else fn):
         file = _defining_file(candidate)
@@ -106,12 +107,17 @@ def allowed_by(module: str, allow: Sequence[str]) -> bool:
     return any(module == a or module.startswith(a + ".") for a in allow if a)
 
 
+def search_folders(yaml_path: Path) -> tuple[Path, ...]:
+    """Where a YAML's module builders are imported from: its own folder, then its
+    project's top."""
+    return tuple(dict.fromkeys((yaml_path.resolve().parent, project_root(yaml_path))))
+
+
 @contextlib.contextmanager
 def module_search_path(yaml_path: Path) -> Iterator[None]:
-    """The YAML's folder and its project's top first on ``sys.path``."""
+    """:func:`search_folders` first on ``sys.path`` (to find, not import, a module)."""
     saved = list(sys.path)
-    for folder in dict.fromkeys((str(project_root(yaml_path)), str(yaml_path.resolve().parent))):
-        sys.path.insert(0, folder)
+    sys.path[:0] = [str(p) for p in search_folders(yaml_path)]
     try:
         yield
     finally:
@@ -144,4 +150,4 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 __all__ = ["ALLOW_KEY", "PROJECT_MARKERS", "allowed_by", "builder_file", "check_defined_inside", "check_module",
-           "module_search_path", "project_root", "split_spec"]
+           "module_search_path", "project_root", "search_folders", "split_spec"]

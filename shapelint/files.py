@@ -107,7 +107,7 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
 
 
 def parse_yaml(text: str, where: str) -> Any:
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     try:
         # the pure-Python safe loader: the C one is faster but overflows the C stack

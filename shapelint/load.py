@@ -32,7 +32,7 @@ from shapelint.errors import ShapelintError
 from shapelint.files import check_regular, parse_json, parse_yaml, read_text
 from shapelint.records import Source
 from shapelint.targets import discover as find_targets
-from shapelint.usercode import call_user, import_user_file, quiet_torch_logs
+from shapelint.usercode import import_user_file, quiet_torch_logs, user_code
 
 #: default token shape for config targets: GPT-2's training shape (8 sequences of 1024)
 DEFAULT_BATCH = 8
@@ -182,9 +182,11 @@ def _fake_apply(self: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Tensor
 
 
 @boundary
-def _call_user(fn: Callable[..., Any], file: Path, what: str, **kwargs: Any) -> Any:
-    """``fn(**kwargs)``: user code from ``file``, behind the one boundary."""
-    return call_user(fn, file, what, **kwargs)
+def _call_user(fn: Callable[..., Any], file: Path, what: str, paths: Sequence[Path] = (), /, **kwargs: Any) -> Any:
+    """``fn(**kwargs)``: user code from ``file`` (importing from ``paths`` too),
+    behind the one boundary."""
+    with user_code(file, what, paths):
+        return fn(**kwargs)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -234,6 +236,7 @@ def load_python(path: Path, *, batch: int | None = None, seq: int | None = None)
             )
         result = _call_user(fn, path, "shapelint_model()", **_size_kwargs(fn, batch, seq))
         model, inputs = _check_built(result, f"{path}: shapelint_model()")
+    validate.built(model, inputs, f"{path}: shapelint_model()")
     return Loaded(str(path), "python", model, inputs, mode, defined_at)
 
 
@@ -245,16 +248,14 @@ def _resolve_builder(spec: str, yaml_path: Path, allow: Sequence[str] = ()) -> t
     place, fn_name = builders.split_spec(spec, where)
     if place.endswith(".py"):
         file = builders.builder_file(place, yaml_path, where)
-        module, module_name = _import_file(file), None
-    else:
-        builders.check_module(place, yaml_path, allow, where)
-        with builders.module_search_path(yaml_path):
-            module = call_user(importlib.import_module, yaml_path, f"importing {place}", place)
-        file, module_name = Path(getattr(module, "__file__", None) or yaml_path), place
-    fn = getattr(module, fn_name, None)
-    if fn is None:
-        raise ShapelintError(f"{where}: model: {place} has no function {fn_name}")
-    return builders.check_defined_inside(fn, module_name, yaml_path, allow, where, spec), file
+        fn = getattr(_import_file(file), fn_name, None)
+        return builders.check_defined_inside(fn, None, yaml_path, allow, where, spec), file
+    builders.check_module(place, yaml_path, allow, where)
+    with user_code(yaml_path, f"importing {place}", builders.search_folders(yaml_path)):
+        module = importlib.import_module(place)
+        fn = getattr(module, fn_name, None)
+        checked = builders.check_defined_inside(fn, place, yaml_path, allow, where, spec)
+    return checked, Path(getattr(module, "__file__", None) or yaml_path)
 
 
 _TORCH_DTYPES = {
@@ -335,7 +336,8 @@ def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None, d
     with fake_construction(defined_at) as mode:
         fn, file = _resolve_builder(doc["model"], path, allow_builders)
         kwargs = {**_size_kwargs(fn, batch, seq), **kwargs}
-        result = _call_user(fn, file, f"builder {doc['model']} (from {path})", **kwargs)
+        result = _call_user(fn, file, f"builder {doc['model']} (from {path})", builders.search_folders(path),
+                            **kwargs)
         if isinstance(result, torch.nn.Module):
             if specs is None:
                 raise ShapelintError(f"{path}: the builder returned a model only; give 'inputs: [{{shape: [...]}}]'")
@@ -346,6 +348,7 @@ def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None, d
             model = result
         else:
             model, inputs = _check_built(result, f"{path}: {doc['model']}")
+    validate.built(model, inputs, f"{path}: {doc['model']}")
     loaded = Loaded(str(path), "yaml", model, inputs, mode, defined_at, settings)
     loaded.config_keys, loaded.config_file = lines, str(path)
     return loaded

@@ -32,7 +32,7 @@ import logging
 import os
 import sys
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -46,13 +46,14 @@ QUOTE_CAP = 160
 
 
 @contextlib.contextmanager
-def user_code(file: Path | str, what: str) -> Iterator[None]:
+def user_code(file: Path | str, what: str, paths: Sequence[Path] = ()) -> Iterator[None]:
     """Run the ``with`` body as user code from ``file``; ``what`` says what runs
     (``importing it``, ``shapelint_model()``...), for the error line
-    ``<file>: <what> raised ValueError: ...``."""
+    ``<file>: <what> raised ValueError: ...``. ``paths``: more folders the code
+    imports from (a YAML's project), put on ``sys.path`` after the file's own."""
     path = Path(file)
     output = io.StringIO()
-    with _saved_state(path), _captured(output):
+    with _saved_state(path, paths), _captured(output):
         try:
             yield
         except (KeyboardInterrupt, ShapelintError):
@@ -99,13 +100,13 @@ def run_user_rule(check: Callable[..., Iterable[T]], file: Path | str, code: str
 
 
 @contextlib.contextmanager
-def _saved_state(path: Path) -> Iterator[None]:
-    folder = str(path.resolve().parent)
+def _saved_state(path: Path, paths: Sequence[Path]) -> Iterator[None]:
+    folders = list(dict.fromkeys(str(p.resolve()) for p in (path.parent, *paths)))
     argv, syspath, cwd = sys.argv, list(sys.path), _cwd()
     modules = set(sys.modules)
     bytecode = sys.dont_write_bytecode
     sys.argv = [str(path)]
-    sys.path.insert(0, folder)
+    sys.path[:0] = folders
     sys.dont_write_bytecode = True
     try:
         yield
@@ -116,7 +117,7 @@ def _saved_state(path: Path) -> Iterator[None]:
         if cwd is not None and _cwd() != cwd:
             with contextlib.suppress(OSError):
                 os.chdir(cwd)
-        _forget_modules_under(folder, set(sys.modules) - modules)
+        _forget_user_modules(folders, set(sys.modules) - modules)
 
 
 def _cwd() -> str | None:
@@ -126,12 +127,28 @@ def _cwd() -> str | None:
         return None
 
 
-def _forget_modules_under(folder: str, names: Iterable[str]) -> None:
-    prefix = folder.rstrip(os.sep) + os.sep
+def _forget_user_modules(folders: Sequence[str], names: Iterable[str]) -> None:
+    """Drop the modules the user's code imported from its own folders (never
+    shapelint's, nor anything installed: a virtual environment may sit inside the
+    project, and a second copy of torch or shapelint would break identity checks)."""
+    prefixes = tuple(f.rstrip(os.sep) + os.sep for f in folders)
     for name in names:
         file = getattr(sys.modules.get(name), "__file__", None)
-        if isinstance(file, str) and os.path.abspath(file).startswith(prefix):
+        if isinstance(file, str) and _is_users(name, os.path.abspath(file), prefixes):
             del sys.modules[name]
+
+
+def _is_users(name: str, file: str, prefixes: tuple[str, ...]) -> bool:
+    if name == "shapelint" or name.startswith("shapelint."):
+        return False
+    if not file.startswith(prefixes) or file.startswith(_INSTALLED):
+        return False
+    return not any(part in ("site-packages", "dist-packages") for part in Path(file).parts)
+
+
+#: where installed packages live (never the user's modules)
+_INSTALLED = tuple(dict.fromkeys(os.path.abspath(p).rstrip(os.sep) + os.sep
+                                 for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)))
 
 
 @contextlib.contextmanager

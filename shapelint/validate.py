@@ -124,4 +124,26 @@ def input_spec(spec: Any, where: str, dtypes: Collection[str]) -> None:
         raise ShapelintError(f"{where}: requires_grad must be true or false, got {show(spec['requires_grad'])}")
 
 
-__all__ = ["INT64_MAX", "input_spec", "inputs", "kwargs", "positive_int", "settings", "show"]
+def built(model: Any, inputs: Any, where: str) -> None:
+    """What a builder returned: no parameter and no example input with a zero-size
+    dimension (``nn.Linear(0, 64)``, a zero batch), which would give empty GEMMs that
+    no rule can price."""
+    for name, param in model.named_parameters():
+        if 0 in tuple(param.shape):
+            raise ShapelintError(f"{where}: parameter {name} has shape {list(param.shape)}: "
+                                 "dimensions must be positive")
+    for label, shape in _input_shapes(inputs, "example input"):
+        if 0 in shape:
+            raise ShapelintError(f"{where}: {label} has shape {list(shape)}: dimensions must be positive")
+
+
+def _input_shapes(inputs: Any, label: str) -> list[tuple[str, tuple[int, ...]]]:
+    if isinstance(inputs, dict):
+        return [s for k, v in inputs.items() for s in _input_shapes(v, f"{label} {k!r}")]
+    if isinstance(inputs, (tuple, list)):
+        return [s for i, v in enumerate(inputs) for s in _input_shapes(v, f"{label} {i}")]
+    shape = getattr(inputs, "shape", None)
+    return [(label, tuple(shape))] if shape is not None else []
+
+
+__all__ = ["INT64_MAX", "built", "input_spec", "inputs", "kwargs", "positive_int", "settings", "show"]
