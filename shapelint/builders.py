@@ -102,6 +102,17 @@ def check_defined_inside(fn: Any, module: str | None, yaml_path: Path, allow: Se
                          f"nor an allow-listed module ({ALLOW_KEY})")
 
 
+def parse_allow_list(value: Any, where: str) -> list[str]:
+    """The configuration's ``allow-builders`` value: a list of dotted module names
+    (``["mypkg.models"]``); anything else is a one-line error naming ``where``."""
+    if not isinstance(value, list):
+        raise ShapelintError(f"{where}: {ALLOW_KEY} must be a list of module names, got {type(value).__name__}")
+    for item in value:
+        if not (isinstance(item, str) and _MODULE_NAME.match(item)):
+            raise ShapelintError(f"{where}: {ALLOW_KEY}: {item!r} is not a module name such as 'mypkg.models'")
+    return list(value)
+
+
 def allowed_by(module: str, allow: Sequence[str]) -> bool:
     """``mypkg.models`` allows ``mypkg.models`` and ``mypkg.models.mlp``, not ``mypkg``."""
     return any(module == a or module.startswith(a + ".") for a in allow if a)
@@ -150,4 +161,4 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 __all__ = ["ALLOW_KEY", "PROJECT_MARKERS", "allowed_by", "builder_file", "check_defined_inside", "check_module",
-           "module_search_path", "project_root", "search_folders", "split_spec"]
+           "module_search_path", "parse_allow_list", "project_root", "search_folders", "split_spec"]

@@ -71,10 +71,10 @@ def call_user(fn: Callable[..., T], file: Path | str, what: str, *args: Any, **k
         return fn(*args, **kwargs)
 
 
-def import_user_file(path: Path, what: str = "importing it") -> ModuleType:
-    """Import a Python file as a fresh module behind the boundary (never cached
-    under its own name, so two ``model.py`` files are two modules)."""
-    name = f"_shapelint_user_{uuid.uuid4().hex[:8]}"
+def import_user_file(path: Path, what: str = "importing it", name: str | None = None) -> ModuleType:
+    """Import a Python file as a fresh module behind the boundary, under ``name``
+    (default: a unique one, so that two ``model.py`` files are two modules)."""
+    name = name or f"_shapelint_user_{uuid.uuid4().hex[:8]}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ShapelintError(f"{path}: cannot import this file")

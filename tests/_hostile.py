@@ -11,6 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from _cli_helpers import assert_one_error_line, run
+from hypothesis import HealthCheck, settings
+
+#: ``SHAPELINT_HOSTILE_EXAMPLES=N``: N random examples per property test, not
+#: derandomized (a slow, exploring job); unset: the small, derandomized CI run
+_THOROUGH = int(os.environ.get("SHAPELINT_HOSTILE_EXAMPLES", "0") or 0)
+
+
+def hostile_settings(examples: int) -> settings:
+    """Hypothesis settings for a property test that runs ``examples`` cases in CI."""
+    return settings(max_examples=_THOROUGH or examples, derandomize=not _THOROUGH, deadline=None,
+                    suppress_health_check=list(HealthCheck), database=None)
 
 
 def full_snapshot(folder: Path) -> dict[str, bytes | str]:

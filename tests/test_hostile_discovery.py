@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-from _hostile import lint
-from hypothesis import HealthCheck, given, settings
+from _hostile import hostile_settings, lint
+from hypothesis import given
 from hypothesis import strategies as st
 
 from shapelint.errors import ShapelintError
@@ -149,7 +149,7 @@ def _found(path: Path, root: Path) -> bool:
         f.name in SKIPPED or f.name.startswith(".") or (f / "pyvenv.cfg").exists() for f in folders)
 
 
-@settings(max_examples=25, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@hostile_settings(25)
 @given(st.lists(ENTRY, min_size=1, max_size=6))
 def test_random_trees_keep_the_contract(here: Path, capsys: pytest.CaptureFixture[str],
                                         entries: list[tuple[list[str], str, str, bool]]) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from _hostile import hostile_settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from shapelint.engine import builtin_rules
@@ -79,7 +80,7 @@ COMMENT = st.builds(
 )
 
 
-@settings(max_examples=200, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@hostile_settings(200)
 @given(COMMENT)
 def test_random_comments_suppress_only_what_they_name(line: str) -> None:
     """A comment suppresses every rule only when bare; otherwise only the codes it

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from _hostile import lint
-from hypothesis import HealthCheck, given, settings
+from _hostile import hostile_settings, lint
+from hypothesis import given
 from hypothesis import strategies as st
 
 from shapelint.errors import ShapelintError
@@ -155,7 +155,7 @@ TARGET = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=40, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@hostile_settings(40)
 @given(TARGET)
 def test_random_yaml_targets_keep_the_contract(project: Path, capsys: pytest.CaptureFixture[str],
                                                doc: dict[str, Any]) -> None:
@@ -168,3 +168,12 @@ def test_random_yaml_targets_keep_the_contract(project: Path, capsys: pytest.Cap
     assert (project / "victim" / "keep.txt").exists() and not (project / "pwned").exists()
     if rc != 2:
         assert doc["model"] in ("build.py:build", "build.py:Net", "pkg.models:build"), (doc, err)
+
+
+def test_allow_list_values_are_checked() -> None:
+    from shapelint.builders import parse_allow_list
+
+    assert parse_allow_list(["mypkg.models", "zoo"], "pyproject.toml:3") == ["mypkg.models", "zoo"]
+    for bad in ("mypkg", ["my pkg"], [1], ["a..b"], ["shutil:rmtree"]):
+        with pytest.raises(ShapelintError, match="pyproject.toml:3: allow-builders"):
+            parse_allow_list(bad, "pyproject.toml:3")
