@@ -4,7 +4,9 @@ one-line ShapelintError naming the file and, where the parser knows it, the line
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,14 +19,69 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 
-def read_text(path: Path, where: str | None = None) -> str:
+#: the largest file shapelint reads as a target or configuration (the largest real
+#: config.json is well under 1 MiB; a tokenizer.json of 17 MiB is not a target)
+MAX_BYTES = 16 * 2**20
+
+
+def read_text(path: Path, where: str | None = None, limit: int = MAX_BYTES) -> str:
+    """A regular file's UTF-8 text, at most ``limit`` bytes."""
     where = where or str(path)
+    data = read_bytes(path, where, limit)
     try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ShapelintError(f"{where}: cannot read: {exc.strerror}") from exc
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ShapelintError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
+def read_bytes(path: Path, where: str | None = None, limit: int = MAX_BYTES) -> bytes:
+    """A regular file's bytes; a FIFO, a device, a directory or a file over ``limit``
+    bytes is refused (opened without blocking, so a FIFO cannot hang the run)."""
+    where = where or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise ShapelintError(f"{where}: cannot read: {exc.strerror}") from exc
+    try:
+        check_stat(os.fstat(fd), where, limit)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise ShapelintError(f"{where}: cannot read: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ShapelintError(f"{where}: larger than {_size(limit)}; shapelint reads targets of at most that size")
+    return data
+
+
+def check_regular(path: Path, where: str | None = None, limit: int = MAX_BYTES) -> None:
+    """Refuse, before anything opens it, a path that is not a regular file of at most
+    ``limit`` bytes (for files Python itself reads, e.g. imported model files)."""
+    where = where or str(path)
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ShapelintError(f"{where}: cannot read: {exc.strerror}") from exc
+    check_stat(st, where, limit)
+
+
+def check_stat(st: os.stat_result, where: str, limit: int = MAX_BYTES) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise ShapelintError(f"{where}: not a regular file ({_kind(st.st_mode)})")
+    if st.st_size > limit:
+        raise ShapelintError(f"{where}: larger than {_size(limit)} ({_size(st.st_size)}); shapelint reads "
+                             "targets of at most that size")
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a plain file")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n} bytes"
 
 
 _TOML_AT = re.compile(r"\s*\(at line (\d+), column \d+\)\s*$")
@@ -50,7 +107,7 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
 
 
 def parse_yaml(text: str, where: str) -> Any:
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     try:
         # the pure-Python safe loader: the C one is faster but overflows the C stack

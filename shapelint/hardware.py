@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shapelint.errors import ShapelintError
+from shapelint.errors import ShapelintError, one_line
 from shapelint.files import parse_yaml, read_text
+from shapelint.profile_check import check_profile
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_GPU = "h100"
@@ -125,10 +126,17 @@ def _arch_table() -> dict[str, Any]:
 
 
 def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware:
+    """A profile from its YAML mapping; every value is checked first
+    (:mod:`shapelint.profile_check`), so a bad one is a one-line error naming its key."""
+    where = file or key
+    if not isinstance(doc, dict):
+        raise ShapelintError(f"{where}: a GPU profile must be a mapping, got {type(doc).__name__}")
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
-        raise ShapelintError(f"{file or key}: GPU profile lacks {', '.join(missing)}")
+        raise ShapelintError(f"{where}: GPU profile lacks {', '.join(missing)}")
+    check_profile(doc, where)
     arch = _arch_table().get(str(doc["arch"]), _arch_table()["default"])
+
     def table(key: str) -> dict[int, dict[int, float]]:
         # a calibrated profile carries its own measured penalties
         rows = doc.get(key) or arch[key]
@@ -164,8 +172,8 @@ def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware
             gemm_efficiency=float(doc.get("gemm_efficiency", arch["gemm_efficiency"])),
             file=file,
         )
-    except (TypeError, ValueError) as exc:
-        raise ShapelintError(f"{file or key}: malformed GPU profile: {exc}") from exc
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ShapelintError(f"{where}: malformed GPU profile: {one_line(exc)}") from exc
 
 
 @functools.cache
@@ -196,10 +204,11 @@ def resolve(name: str) -> Hardware:
 
 
 def load_profile_file(path: str) -> Hardware:
+    """``--gpu-profile FILE``: a regular file of at most a few MiB, a YAML mapping."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise ShapelintError(f"--gpu-profile {path}: no such file")
-    doc = parse_yaml(read_text(p, path), path)
+    doc = parse_yaml(read_text(p, f"--gpu-profile {path}"), path)
     if not isinstance(doc, dict):
         raise ShapelintError(f"{path}: a GPU profile must be a mapping")
     return profile_from_dict(doc, p.stem, str(p))

@@ -15,25 +15,24 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.util
 import inspect
 import math
 import os
 import re
-import sys
-import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from shapelint import builders, validate
 from shapelint.capture import RecordingFakeMode, boundary, user_frame_source
 from shapelint.errors import ShapelintError
-from shapelint.files import parse_json, parse_yaml, read_text
+from shapelint.files import check_regular, parse_json, parse_yaml, read_text
 from shapelint.records import Source
+from shapelint.targets import discover as find_targets
+from shapelint.usercode import import_user_file, quiet_torch_logs, user_code
 
 #: default token shape for config targets: GPT-2's training shape (8 sequences of 1024)
 DEFAULT_BATCH = 8
@@ -78,24 +77,10 @@ def target_kind(path: Path) -> str:
 
 
 def discover(targets: list[str]) -> list[Path]:
-    """Expand directories into the configs (``config.json``, ``*.yaml``) they hold."""
-    out: list[Path] = []
-    for t in targets:
-        p = Path(t)
-        if not p.exists():
-            raise ShapelintError(f"{t}: no such file or directory")
-        if p.is_dir() and not (p / "config.json").is_file():
-            found = sorted(
-                f for f in p.rglob("*")
-                if f.is_file() and (f.name in CONFIG_NAMES or f.suffix in YAML_SUFFIXES)
-                and not any(part.startswith(".") for part in f.relative_to(p).parts)
-            )
-            if not found:
-                raise ShapelintError(f"{t}: no config.json or shapelint YAML under this directory")
-            out.extend(found)
-        else:
-            out.append(p)
-    return out
+    """The targets the command line names: files as given, directories walked for
+    the JSON and YAML targets under them (see :mod:`shapelint.targets`, which also
+    returns the files passed over)."""
+    return find_targets(targets).targets
 
 
 def load(path: Path, *, batch: int | None = None, seq: int | None = None, dtype: str | None = None) -> Loaded:
@@ -197,13 +182,11 @@ def _fake_apply(self: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Tensor
 
 
 @boundary
-def _call_user(fn: Callable[..., Any], what: str, **kwargs: Any) -> Any:
-    try:
+def _call_user(fn: Callable[..., Any], file: Path, what: str, paths: Sequence[Path] = (), /, **kwargs: Any) -> Any:
+    """``fn(**kwargs)``: user code from ``file`` (importing from ``paths`` too),
+    behind the one boundary."""
+    with user_code(file, what, paths):
         return fn(**kwargs)
-    except ShapelintError:
-        raise
-    except Exception as exc:
-        raise ShapelintError(f"{what} raised {_one_line(exc)}") from exc
 
 
 def _one_line(exc: BaseException) -> str:
@@ -236,27 +219,13 @@ def _check_built(result: Any, what: str) -> tuple[torch.nn.Module, Any]:
 
 @boundary
 def _import_file(path: Path) -> Any:
-    name = f"_shapelint_target_{uuid.uuid4().hex[:8]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ShapelintError(f"{path}: cannot import this file")
-    module = importlib.util.module_from_spec(spec)
-    folder = str(path.resolve().parent)
-    sys.path.insert(0, folder)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        raise ShapelintError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
-    except Exception as exc:
-        raise ShapelintError(f"{path}: importing it raised {_one_line(exc)}") from exc
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(folder)
-    return module
+    """A user's Python file as a fresh module, behind the one boundary."""
+    check_regular(path)
+    return import_user_file(path)
 
 
 def load_python(path: Path, *, batch: int | None = None, seq: int | None = None) -> Loaded:
+    quiet_torch_logs()
     defined_at: dict[int, Source] = {}
     with fake_construction(defined_at) as mode:
         module = _import_file(path)
@@ -265,30 +234,28 @@ def load_python(path: Path, *, batch: int | None = None, seq: int | None = None)
             raise ShapelintError(
                 f"{path}: defines no shapelint_model() returning (model, example_inputs)"
             )
-        result = _call_user(fn, f"{path}: shapelint_model()", **_size_kwargs(fn, batch, seq))
+        result = _call_user(fn, path, "shapelint_model()", **_size_kwargs(fn, batch, seq))
         model, inputs = _check_built(result, f"{path}: shapelint_model()")
+    validate.built(model, inputs, f"{path}: shapelint_model()")
     return Loaded(str(path), "python", model, inputs, mode, defined_at)
 
 
-def _resolve_builder(spec: str, base: Path) -> Callable[..., Any]:
-    """``pkg.module:function`` or ``path/to/file.py:function`` (relative to ``base``)."""
-    if ":" not in spec:
-        raise ShapelintError(f"model: {spec!r} must be 'module:function' or 'file.py:function'")
-    where, _, fn_name = spec.rpartition(":")
-    if where.endswith(".py"):
-        file = (base / where) if not os.path.isabs(where) else Path(where)
-        if not file.is_file():
-            raise ShapelintError(f"model: {where}: no such file")
-        module = _import_file(file)
-    else:
-        try:
-            module = importlib.import_module(where)
-        except Exception as exc:
-            raise ShapelintError(f"model: cannot import {where}: {_one_line(exc)}") from exc
-    fn = getattr(module, fn_name, None)
-    if not callable(fn):
-        raise ShapelintError(f"model: {where} has no function {fn_name}")
-    return fn
+def _resolve_builder(spec: str, yaml_path: Path, allow: Sequence[str] = ()) -> tuple[Callable[..., Any], Path]:
+    """``package.module:function`` or ``path/to/file.py:function`` (relative to the
+    YAML), only from the YAML's own project or an allow-listed package (see
+    :mod:`shapelint.builders`); returns the builder and the file it runs from."""
+    where = str(yaml_path)
+    place, fn_name = builders.split_spec(spec, where)
+    if place.endswith(".py"):
+        file = builders.builder_file(place, yaml_path, where)
+        fn = getattr(_import_file(file), fn_name, None)
+        return builders.check_defined_inside(fn, None, yaml_path, allow, where, spec), file
+    builders.check_module(place, yaml_path, allow, where)
+    with user_code(yaml_path, f"importing {place}", builders.search_folders(yaml_path)):
+        module = importlib.import_module(place)
+        fn = getattr(module, fn_name, None)
+        checked = builders.check_defined_inside(fn, place, yaml_path, allow, where, spec)
+    return checked, Path(getattr(module, "__file__", None) or yaml_path)
 
 
 _TORCH_DTYPES = {
@@ -333,18 +300,21 @@ def read_yaml(path: Path) -> dict[str, Any]:
 YAML_KEYS = {"model", "kwargs", "inputs", "dtype", "gpu", "training", "tp", "batch", "seq", "hf_config"}
 
 
-def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None, dtype: str | None = None) -> Loaded:
+def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None, dtype: str | None = None,
+              allow_builders: Sequence[str] = ()) -> Loaded:
+    """``allow_builders``: packages outside the YAML's project whose functions its
+    ``model:`` may name (the configuration's ``allow-builders``)."""
+    from shapelint.capture import PRECISIONS
+
+    quiet_torch_logs()
     doc = read_yaml(path)
     unknown = sorted(set(doc) - YAML_KEYS)
     if unknown:
         raise ShapelintError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(YAML_KEYS))})")
     if "model" not in doc and "hf_config" not in doc:
         raise ShapelintError(f"{path}: needs 'model: module:function' (or 'hf_config: {{...}}')")
-    settings = {k: doc[k] for k in ("dtype", "gpu", "training", "tp", "batch", "seq") if k in doc}
-    for key in ("batch", "seq", "tp"):
-        if key in settings and (not isinstance(settings[key], int) or isinstance(settings[key], bool)
-                                or settings[key] <= 0):
-            raise ShapelintError(f"{path}: {key} must be a positive integer, got {settings[key]!r}")
+    validate.settings(doc, str(path), PRECISIONS)
+    settings: dict[str, Any] = {k: doc[k] for k in ("dtype", "gpu", "training", "tp", "batch", "seq") if k in doc}
     batch = batch or settings.get("batch")
     seq = seq or settings.get("seq")
     lines = _yaml_int_lines(path)
@@ -356,30 +326,29 @@ def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None, d
         loaded.kind, loaded.settings = "yaml", settings
         loaded.config_keys, loaded.config_file = lines, str(path)
         return loaded
-    kwargs = doc.get("kwargs") or {}
-    if not isinstance(kwargs, dict):
-        raise ShapelintError(f"{path}: kwargs must be a mapping")
-    for key, value in kwargs.items():
-        if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
-            raise ShapelintError(f"{path}: kwargs.{key} = {value}: dimensions must be positive")
+    if not isinstance(doc["model"], str):
+        raise ShapelintError(f"{path}: model must be 'module:function' or 'file.py:function', "
+                             f"got {validate.show(doc['model'])}")
+    kwargs = validate.kwargs(doc.get("kwargs"), str(path))
+    specs = doc.get("inputs")
+    validate.inputs(specs, str(path), _TORCH_DTYPES)
     defined_at: dict[int, Source] = {}
     with fake_construction(defined_at) as mode:
-        fn = _resolve_builder(str(doc["model"]), path.parent)
+        fn, file = _resolve_builder(doc["model"], path, allow_builders)
         kwargs = {**_size_kwargs(fn, batch, seq), **kwargs}
-        result = _call_user(fn, f"{path}: {doc['model']}", **kwargs)
+        result = _call_user(fn, file, f"builder {doc['model']} (from {path})", builders.search_folders(path),
+                            **kwargs)
         if isinstance(result, torch.nn.Module):
-            specs = doc.get("inputs")
             if specs is None:
                 raise ShapelintError(f"{path}: the builder returned a model only; give 'inputs: [{{shape: [...]}}]'")
             if isinstance(specs, dict):
                 inputs: Any = {k: _input_from_spec(v, f"{path}: inputs.{k}") for k, v in specs.items()}
-            elif isinstance(specs, list):
-                inputs = tuple(_input_from_spec(v, f"{path}: inputs[{i}]") for i, v in enumerate(specs))
             else:
-                raise ShapelintError(f"{path}: inputs must be a list or a mapping of input specs")
+                inputs = tuple(_input_from_spec(v, f"{path}: inputs[{i}]") for i, v in enumerate(specs))
             model = result
         else:
             model, inputs = _check_built(result, f"{path}: {doc['model']}")
+    validate.built(model, inputs, f"{path}: {doc['model']}")
     loaded = Loaded(str(path), "yaml", model, inputs, mode, defined_at, settings)
     loaded.config_keys, loaded.config_file = lines, str(path)
     return loaded
@@ -454,7 +423,7 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
     fields = {k: v for k, v in doc.items() if k not in ("model_type", "transformers_version")}
     try:
         config = transformers.AutoConfig.for_model(model_type, **fields)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - transformers validates configs on construction
         raise ShapelintError(f"{where}: transformers rejects this config: {_one_line(exc)}") from exc
     defined_at: dict[int, Source] = {}
     with construction_sites(defined_at), torch.device("meta"), _default_dtype(dtype):
@@ -481,7 +450,7 @@ def _hf_model(transformers: Any, config: Any, where: str) -> torch.nn.Module:
                 return cls._from_config(config, attn_implementation="sdpa")
         except ValueError as exc:  # unrecognised configuration class for this auto class
             last = exc
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             raise ShapelintError(f"{where}: transformers cannot build this model: {_one_line(exc)}") from exc
     raise ShapelintError(f"{where}: transformers cannot build a model for this config: {_one_line(last or Exception())}")
 

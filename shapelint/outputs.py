@@ -1,0 +1,162 @@
+"""Where shapelint writes, and how: never over a file it reads, one graph per target,
+whole files or nothing, and a closed pipe or a full disk as one line (or silence).
+
+- :func:`check_output_path`: ``-o``, ``--dump-graph`` and ``--plot`` may not resolve to
+  a target, a YAML's builder file, the configuration file or a ``--rules-dir`` module
+  (``--dump-graph model.py`` once replaced the model with its graph);
+- :func:`protected_paths`: those files, from the targets and the configuration;
+- :func:`graph_paths`: ``--dump-graph FILE`` with several targets writes
+  ``FILE-1-<target>.py``, ``FILE-2-<target>.py``... (one each; the last no longer wins);
+- :func:`write_file`: a regular file is written to a temporary file beside it and
+  renamed over it (a failed write leaves the old file whole); a device or FIFO
+  (``-o /dev/full``, ``-o /dev/stdout``) is written directly; every OSError is a
+  one-line ShapelintError naming the flag;
+- :func:`stdout_guard`: a reader that closes the pipe early (``shapelint ... | head``)
+  ends the output quietly, with the run's own exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from shapelint.errors import ShapelintError
+from shapelint.targets import YAML_SUFFIXES
+
+
+def check_output_path(path: str, protected: Iterable[Path], flag: str = "--output") -> None:
+    """Refuse an output path that is one of the files shapelint reads, or a folder."""
+    out = Path(path)
+    if out.is_dir():
+        raise ShapelintError(f"{flag} {path}: is a directory")
+    for p in protected:
+        if _same_file(out, p):
+            raise ShapelintError(f"{flag} {path}: is {p}, which shapelint reads; refusing to overwrite it")
+
+
+def protected_paths(targets: Iterable[Path], config_file: str | None = None,
+                    rules_dirs: Sequence[str] = ()) -> list[Path]:
+    """The files a run reads: its targets, the builder files their YAML names (read,
+    never imported, here), the configuration file and the ``--rules-dir`` modules."""
+    out: list[Path] = []
+    for target in targets:
+        out.append(target)
+        if target.suffix.lower() in YAML_SUFFIXES:
+            out.extend(_yaml_builder_file(target))
+    if config_file:
+        out.append(Path(config_file))
+    for folder in rules_dirs:
+        out.extend(sorted(Path(folder).glob("*.py")))
+    return out
+
+
+def graph_paths(base: str, targets: Sequence[Path]) -> list[Path]:
+    """One ``--dump-graph`` file per target: ``base`` itself for one target, else
+    ``<stem>-<n>-<target stem><suffix>`` beside ``base`` (n from 1: unique even when two
+    targets share a name)."""
+    out = Path(base)
+    if len(targets) <= 1:
+        return [out]
+    return [out.with_name(f"{out.stem}-{i}-{_stem(t)}{out.suffix}") for i, t in enumerate(targets, start=1)]
+
+
+def write_file(path: str, text: str, flag: str = "--output") -> None:
+    """Write ``text`` to ``path`` whole, or raise one ShapelintError line."""
+    try:
+        if _is_special(Path(path)):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            _replace_atomically(Path(path), text)
+    except OSError as exc:
+        raise ShapelintError(f"{flag} {path}: {exc.strerror or exc}") from exc
+
+
+@contextlib.contextmanager
+def stdout_guard() -> Iterator[None]:
+    """Run the body that writes the report to stdout; when the reader has gone
+    (BrokenPipeError), stop writing quietly and point fd 1 at /dev/null so that the
+    interpreter's final flush does not fail again."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        return False
+    return a.resolve() == b.resolve()
+
+
+def _is_special(path: Path) -> bool:
+    """An existing path that is not a regular file: a device, a FIFO, a socket."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _replace_atomically(path: Path, text: str) -> None:
+    folder = path.resolve().parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        with contextlib.suppress(OSError):
+            os.chmod(tmp, _mode_for(path))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _mode_for(path: Path) -> int:
+    """An existing file keeps its mode; a new one gets what open() would give it."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _yaml_builder_file(target: Path) -> list[Path]:
+    """The ``file.py`` a YAML target's ``model: file.py:function`` names, if any."""
+    from shapelint.files import parse_yaml, read_text
+
+    try:
+        doc = parse_yaml(read_text(target), str(target))
+    except ShapelintError:
+        return []
+    spec = doc.get("model") if isinstance(doc, dict) else None
+    if not isinstance(spec, str):
+        return []
+    place = spec.rpartition(":")[0]
+    if not place.endswith(".py"):
+        return []
+    return [Path(place) if os.path.isabs(place) else target.parent / place]
+
+
+def _stem(target: Path) -> str:
+    name = target.parent.name if target.name == "config.json" and target.parent.name else target.stem
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+__all__ = ["check_output_path", "graph_paths", "protected_paths", "stdout_guard", "write_file"]
