@@ -17,16 +17,21 @@ import os
 import sys
 import sysconfig
 import weakref
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from shapelint.errors import ShapelintError
-from shapelint.gemm_shapes import GEMM_OPS, GemmShape, extract
+from shapelint.gemm_shapes import (
+    FUSED_ATTENTION,
+    FUSED_ATTENTION_BACKWARD,
+    GEMM_OPS,
+    GemmShape,
+    extract,
+)
 from shapelint.records import Gemm, Source
 
 #: the compute precisions a user can train with, and the torch dtype GEMMs run in
@@ -57,19 +62,28 @@ _VIEW_LIKE = frozenset(
     }
 )
 _SOFTMAX = frozenset({"_softmax", "softmax", "_safe_softmax"})
+#: ops whose output is their input with some elements zeroed: a softmax output
+#: through them is still the attention probabilities
+_DROPOUT = frozenset({"native_dropout", "dropout", "feature_dropout", "alpha_dropout"})
 
 # what the recorder does with an op, decided once per op overload
-_IGNORED, _GEMM, _VIEW, _SOFTMAX_OP, _OTHER = range(5)
+_IGNORED, _GEMM, _VIEW, _SOFTMAX_OP, _DROPOUT_OP, _OTHER = range(6)
+
+
+#: op namespaces the recorder looks at: ATen's, and shapelint's attention ops
+_NAMESPACES = frozenset({"aten", "shapelint"})
 
 
 def _op_kind(func: Any) -> int:
-    if func.namespace != "aten":
+    if func.namespace not in _NAMESPACES:
         return _IGNORED
     name = func.overloadpacket.__name__
     if name in GEMM_OPS:
         return _GEMM
     if name in _VIEW_LIKE:
         return _VIEW
+    if name in _DROPOUT:
+        return _DROPOUT_OP
     return _SOFTMAX_OP if name in _SOFTMAX else _OTHER
 
 
@@ -209,17 +223,23 @@ class _Recorder:
         return ref is not None and ref() is t
 
     def _propagate(self, kind: int, args: tuple[Any, ...], out: Any) -> None:
-        if kind == _OTHER and not self.softmaxed:
+        """Parameters stay parameters through views; softmax outputs stay softmax
+        outputs through views, casts and dropout, and through nothing else (a
+        softmax is attention only where a matmul reads it directly)."""
+        if kind == _OTHER or not args:
             return
         outs = out if isinstance(out, (tuple, list)) else (out,)
         tensors = [o for o in outs if isinstance(o, torch.Tensor)]
-        if not tensors or not args:
+        if kind == _SOFTMAX_OP:
+            for o in tensors:
+                self._mark(self.softmaxed, o)
             return
         if kind == _VIEW and self._has(self.param_like, args[0]):
             for o in tensors:
                 self._mark(self.param_like, o)
-        if kind == _SOFTMAX_OP or self.softmaxed and any(self._has(self.softmaxed, a) for a in args):
-            for o in tensors:
+        if self._has(self.softmaxed, args[0]):
+            # dropout returns (output, mask): only the output is the probabilities
+            for o in tensors[:1] if kind == _DROPOUT_OP else tensors:
                 self._mark(self.softmaxed, o)
 
     # -- every op ----------------------------------------------------------
@@ -319,14 +339,15 @@ def _recording(rec: _Recorder, model: torch.nn.Module) -> Iterator[None]:
 
 @contextlib.contextmanager
 def fused_attention() -> Iterator[None]:
-    """Run ``F.scaled_dot_product_attention`` as the fused kernel a GPU would use.
+    """Run ``F.scaled_dot_product_attention`` as the fused kernel a GPU would run.
 
-    On CPU, PyTorch falls back to the unfused math path for dropout or some masks
-    (materialising the scores in fp32); on a GPU the flash / memory-efficient
-    kernels take them. Dropout and the mask's values do not change any GEMM shape,
-    so the fused CPU kernel with the same shapes stands in for the GPU kernel.
-    (The function is swapped for the duration: a TorchFunctionMode would route
-    every torch call of the step through Python.)"""
+    Each 4-D call becomes shapelint's attention op (:data:`FUSED_ATTENTION`): the
+    GEMMs of a fused kernel in the compute dtype, whatever the CPU would have run
+    (its math path for dropout, masks that need a gradient, meta tensors or q/k
+    head dimensions unlike v's), tagged with the kernel PyTorch picks on the GPU
+    (:func:`gpu_kernel`). Under autocast its inputs are cast first, as CUDA
+    autocast does. (The function is swapped for the duration: a TorchFunctionMode
+    would route every torch call of the step through Python.)"""
     functional = torch.nn.functional
     original = functional.scaled_dot_product_attention
 
@@ -341,26 +362,186 @@ def fused_attention() -> Iterator[None]:
         functional.scaled_dot_product_attention = original
 
 
-def _fused_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any = None,
+def _fused_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,
                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                 enable_gqa: bool = False) -> torch.Tensor | None:
-    if query.dim() != 4 or query.device.type != "cpu" or not (query.dtype == key.dtype == value.dtype):
+    """The stand-in's output, or None where PyTorch itself would raise or run the
+    math path on any device (not 4-D; a mask with ``is_causal``): the caller then
+    runs the original."""
+    if query.dim() != 4 or (is_causal and attn_mask is not None):
         return None
-    if query.shape[-1] != key.shape[-1] or query.shape[-1] != value.shape[-1]:
+    lowered = _autocast_dtype(query.device.type)
+    if lowered is not None:
+        query, key, value = (t.to(lowered) for t in (query, key, value))
+    if not (query.dtype == key.dtype == value.dtype):
         return None
-    heads, kv_heads = query.shape[-3], key.shape[-3]
-    if kv_heads != heads:
-        if heads % kv_heads:
-            return None
-        key = key.repeat_interleave(heads // kv_heads, dim=-3)
-        value = value.repeat_interleave(heads // kv_heads, dim=-3)
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill(~attn_mask, float("-inf"))
-    elif attn_mask is not None:
-        attn_mask = attn_mask.to(query.dtype)
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        query, key, value, 0.0, is_causal and attn_mask is None, attn_mask=attn_mask, scale=scale
-    )[0]
+    kernel = gpu_kernel(AttentionCall.of(query, key, value, attn_mask, dropout_p, is_causal))
+    return torch.ops.shapelint.fused_attention(query, key, value, attn_mask, is_causal, scale, kernel)
+
+
+def _autocast_dtype(device: str) -> torch.dtype | None:
+    """The dtype autocast runs attention in (CUDA autocast lists SDPA as a
+    lower-precision op), or None outside autocast."""
+    if device in ("cpu", "meta") and torch.is_autocast_enabled("cpu"):
+        return torch.get_autocast_dtype("cpu")
+    return None
+
+
+# -- the kernel PyTorch picks ---------------------------------------------------------
+# Mirrors ``sdp::select_sdp_backend`` (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp)
+# for an sm90 GPU (H100/H200) with cuDNN >= 9.15.1, where PyTorch tries cuDNN, flash,
+# memory-efficient, math in that order. docs/attention-kernels.md says which check
+# each condition stands for.
+
+#: the dtypes the cuDNN and flash kernels take (``check_dtypes_low_precision``)
+_HALF = (torch.float16, torch.bfloat16)
+#: largest head dimension of the flash and cuDNN (cuDNN frontend >= 1.24) kernels
+MAX_FUSED_HEAD_DIM = 256
+#: head dimensions cuDNN's backward takes on sm90 besides both <= 128
+_CUDNN_BACKWARD_DIMS = ((192, 128), (256, 256))
+_CUDNN_BACKWARD_MAX = 128
+#: cuDNN dropout probability resolution (``check_cudnn_dropout``)
+_CUDNN_DROPOUT_STEPS = 16
+#: the memory-efficient kernel's head-dim and pointer alignment, bytes
+#: (``minimum_gemm_alignment`` on sm80+: 128 bits)
+_EFFICIENT_ALIGN_BYTES = 16
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """What PyTorch's CUDA dispatcher reads off one SDPA call to pick its kernel."""
+
+    d_qk: int
+    d_v: int
+    seq_q: int
+    seq_k: int
+    dtype: torch.dtype
+    has_mask: bool
+    mask_requires_grad: bool
+    mask_broadcasts: bool
+    dropout_p: float
+    is_causal: bool
+    requires_grad: bool
+    efficient_aligned: bool
+
+    @classmethod
+    def of(cls, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+           dropout_p: float, is_causal: bool) -> AttentionCall:
+        align = max(1, _EFFICIENT_ALIGN_BYTES // q.element_size())
+        aligned = all(int(t.stride()[-1]) == 1 and int(t.storage_offset()) % align == 0 for t in (q, k, v))
+        return cls(
+            d_qk=int(q.shape[-1]), d_v=int(v.shape[-1]), seq_q=int(q.shape[-2]), seq_k=int(k.shape[-2]),
+            dtype=q.dtype, has_mask=mask is not None,
+            mask_requires_grad=mask is not None and mask.requires_grad and torch.is_grad_enabled(),
+            mask_broadcasts=mask is None or _mask_broadcasts(mask, q, k),
+            dropout_p=float(dropout_p), is_causal=bool(is_causal),
+            requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
+            efficient_aligned=aligned,
+        )
+
+
+def _mask_broadcasts(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> bool:
+    """``check_attn_mask_shape``: 2-D, or 4-D with batch and heads full or 1; the
+    last two dims full or 1."""
+    if int(mask.shape[-2]) not in (int(q.shape[-2]), 1) or int(mask.shape[-1]) not in (int(k.shape[-2]), 1):
+        return False
+    if mask.dim() == 2:
+        return True
+    return mask.dim() == 4 and int(mask.shape[0]) in (1, int(q.shape[0])) and int(mask.shape[1]) in (1, int(q.shape[1]))
+
+
+def _cudnn_takes(c: AttentionCall) -> bool:
+    if c.dtype not in _HALF or (c.has_mask and (c.mask_requires_grad or not c.mask_broadcasts)):
+        return False
+    if c.d_qk % 8 or c.d_v % 8 or max(c.d_qk, c.d_v) > MAX_FUSED_HEAD_DIM or c.seq_k == 1:
+        return False
+    if c.dropout_p * _CUDNN_DROPOUT_STEPS != int(c.dropout_p * _CUDNN_DROPOUT_STEPS):
+        return False
+    if c.requires_grad and max(c.d_qk, c.d_v) > _CUDNN_BACKWARD_MAX:
+        return (c.d_qk, c.d_v) in _CUDNN_BACKWARD_DIMS
+    return True
+
+
+def _flash_takes(c: AttentionCall) -> bool:
+    return (c.dtype in _HALF and not c.has_mask and c.d_qk == c.d_v <= MAX_FUSED_HEAD_DIM
+            and not (c.is_causal and c.seq_q != c.seq_k))
+
+
+def _efficient_takes(c: AttentionCall) -> bool:
+    align = _EFFICIENT_ALIGN_BYTES // c.dtype.itemsize
+    return c.efficient_aligned and c.d_qk % align == 0 and c.d_v % align == 0
+
+
+def gpu_kernel(c: AttentionCall) -> str:
+    """The SDPA kernel PyTorch runs this call on, on an H100/H200: ``cudnn``,
+    ``flash``, ``efficient`` (memory-efficient) or ``math``."""
+    if _cudnn_takes(c):
+        return "cudnn"
+    if _flash_takes(c):
+        return "flash"
+    return "efficient" if _efficient_takes(c) else "math"
+
+
+# -- shapelint's attention op ---------------------------------------------------------
+# One op for the forward and one for the backward kernel, so that capture (and
+# make_fx) see each fused kernel as one op whose GEMMs gemm_shapes lists.
+
+@torch.library.custom_op(f"shapelint::{FUSED_ATTENTION}", mutates_args=())
+def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
+               is_causal: bool, scale: float | None, kernel: str) -> torch.Tensor:
+    """Fused attention as ``kernel`` runs it on the GPU; on real tensors, SDPA."""
+    return torch.ops.aten.scaled_dot_product_attention(
+        query, key, value, attn_mask, 0.0, is_causal, scale=scale, enable_gqa=True)
+
+
+@_attention.register_fake
+def _attention_fake(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
+                    is_causal: bool, scale: float | None, kernel: str) -> torch.Tensor:
+    b, h, t, _ = query.shape
+    # the fused kernels write [B, T, H, Dv] and return it as [B, H, T, Dv]
+    return query.new_empty((b, t, h, value.shape[-1])).transpose(1, 2)
+
+
+@torch.library.custom_op(f"shapelint::{FUSED_ATTENTION_BACKWARD}", mutates_args=())
+def _attention_backward(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                        attn_mask: torch.Tensor | None, is_causal: bool, scale: float | None, kernel: str
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv and the mask's gradient (empty when it needs none)."""
+    with torch.enable_grad():
+        q, k, v = (t.detach().requires_grad_() for t in (query, key, value))
+        mask = attn_mask.detach().requires_grad_() if _mask_needs_grad(attn_mask) else attn_mask
+        out = torch.ops.aten.scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, scale=scale, enable_gqa=True)
+        wrt = [q, k, v] + ([mask] if mask is not None and mask.requires_grad else [])
+        grads = torch.autograd.grad(out, wrt, grad)
+    return grads[0], grads[1], grads[2], grads[3] if len(grads) > 3 else query.new_empty(0)
+
+
+@_attention_backward.register_fake
+def _attention_backward_fake(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                             attn_mask: torch.Tensor | None, is_causal: bool, scale: float | None, kernel: str
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    dmask = torch.empty_like(attn_mask) if _mask_needs_grad(attn_mask) else query.new_empty(0)
+    return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value), dmask
+
+
+def _mask_needs_grad(mask: torch.Tensor | None) -> bool:
+    return mask is not None and mask.is_floating_point() and mask.requires_grad
+
+
+def _attention_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    query, key, value, attn_mask, is_causal, scale, kernel = inputs
+    ctx.save_for_backward(query, key, value, attn_mask)
+    ctx.options = (is_causal, scale, kernel)
+    ctx.mask_grad = _mask_needs_grad(attn_mask)
+
+
+def _attention_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    query, key, value, attn_mask = ctx.saved_tensors
+    dq, dk, dv, dmask = torch.ops.shapelint.fused_attention_backward(grad, query, key, value, attn_mask, *ctx.options)
+    return dq, dk, dv, dmask if ctx.mask_grad else None, None, None, None
+
+
+_attention.register_autograd(_attention_grad, setup_context=_attention_setup)
 
 
 @contextlib.contextmanager
@@ -457,7 +638,8 @@ def capture(
     grad_ctx = contextlib.nullcontext() if training else torch.no_grad()
     try:
         with _module_hooks(rec), fused_attention(), _recording(rec, model), grad_ctx:
-            out = call_model(model, inputs)
+            with _autocast(precision):
+                out = call_model(model, inputs)
             if training:
                 outs = [t for t in output_tensors(out) if t.requires_grad and t.is_floating_point()]
                 if not outs:
@@ -468,7 +650,7 @@ def capture(
                 torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
     except ShapelintError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure in user code is reported cleanly
         raise ShapelintError(f"cannot trace the model: {_one_line(exc)}") from exc
 
     gemms = []
@@ -497,6 +679,15 @@ def capture(
             )
         )
     return Capture(gemms, training, precision)
+
+
+def _autocast(precision: str) -> Any:
+    """Autocast to a 16-bit precision, as a mixed-precision step runs: GEMMs run in it
+    whatever their inputs' dtype (an explicit ``.float()`` included)."""
+    dtype = PRECISIONS[precision]
+    if dtype not in (torch.bfloat16, torch.float16):
+        return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype=dtype)
 
 
 def _operand_dtype(name: str, tensors: list[torch.Tensor]) -> torch.dtype:

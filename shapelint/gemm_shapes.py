@@ -20,9 +20,18 @@ from typing import Any
 
 from shapelint.records import Operand
 
-#: aten op packets that run GEMMs, by name (``torch.ops.aten.<name>``)
+#: shapelint's own ops (``torch.ops.shapelint.<name>``, defined by ``shapelint.capture``)
+#: for the fused attention kernels a GPU runs: forward (q, k, v, attn_mask,
+#: is_causal, scale, kernel) and backward (grad, q, k, v, attn_mask, is_causal,
+#: scale, kernel)
+FUSED_ATTENTION = "fused_attention"
+FUSED_ATTENTION_BACKWARD = "fused_attention_backward"
+
+#: op packets that run GEMMs, by name (``torch.ops.aten.<name>``, and shapelint's)
 GEMM_OPS = frozenset(
     {
+        FUSED_ATTENTION,
+        FUSED_ATTENTION_BACKWARD,
         "mm",
         "addmm",
         "_addmm_activation",
@@ -318,10 +327,39 @@ def extract(name: str, args: Sequence[Any], kwargs: dict[str, Any], out: Any) ->
         extra = _conv_extra(args[1], args[2], args[4:7], bool(args[7]), int(args[9]))
         return [replace(s, extra=extra)
                 for s in _conv_backward(args[0], args[1], args[2], bool(args[7]), int(args[9]), list(args[10]))]
-    if name.startswith("_scaled_dot_product_") and name.endswith("_backward"):
-        causal = _flag(args, kwargs, 7, "is_causal")
-        return [replace(s, extra=(("is_causal", causal),)) for s in _sdpa_backward("sdpa", *args[:4])]
+    if name in (FUSED_ATTENTION, FUSED_ATTENTION_BACKWARD):
+        return _fused_attention(name, args, kwargs)
     if name.startswith("_scaled_dot_product_"):
-        causal = _flag(args, kwargs, 4, "is_causal")
-        return [replace(s, extra=(("is_causal", causal),)) for s in _sdpa("sdpa", *args[:3])]
+        return _aten_attention(name, args, kwargs)
     return []
+
+
+def _arg(args: Sequence[Any], kwargs: dict[str, Any], index: int, key: str) -> Any:
+    return args[index] if len(args) > index else kwargs.get(key)
+
+
+def _attention_extra(causal: bool, kernel: str | None) -> tuple[tuple[str, object], ...]:
+    return (("is_causal", causal),) + ((("kernel", kernel),) if kernel else ())
+
+
+def _fused_attention(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> list[GemmShape]:
+    """shapelint's attention ops: the GEMMs of the kernel named in their arguments."""
+    if name == FUSED_ATTENTION:
+        extra = _attention_extra(bool(_arg(args, kwargs, 4, "is_causal")), str(_arg(args, kwargs, 6, "kernel")))
+        shapes = _sdpa("sdpa", *args[:3])
+    else:
+        extra = _attention_extra(bool(_arg(args, kwargs, 5, "is_causal")), str(_arg(args, kwargs, 7, "kernel")))
+        shapes = _sdpa_backward("sdpa", *args[:4])
+    return [replace(s, extra=extra) for s in shapes]
+
+
+def _aten_attention(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> list[GemmShape]:
+    """ATen's fused attention ops (in graphs, or traced on a GPU): the CUDA kernel is
+    the name's fifth word (``_scaled_dot_product_flash_attention``); the CPU's says
+    nothing of the GPU's."""
+    kernel = None if "_for_cpu" in name else name.split("_")[4]
+    if name.endswith("_backward"):
+        extra = _attention_extra(_flag(args, kwargs, 7, "is_causal"), kernel)
+        return [replace(s, extra=extra) for s in _sdpa_backward("sdpa", *args[:4])]
+    extra = _attention_extra(_flag(args, kwargs, 4, "is_causal"), kernel)
+    return [replace(s, extra=extra) for s in _sdpa("sdpa", *args[:3])]

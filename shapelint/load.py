@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import (
+    FakeTensor,
+    FakeTensorMode,
+    unset_fake_temporarily,
+)
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
 
 from shapelint import builders, validate
 from shapelint.capture import RecordingFakeMode, boundary, user_frame_source
@@ -100,15 +106,70 @@ def load(path: Path, *, batch: int | None = None, seq: int | None = None, dtype:
 @contextlib.contextmanager
 def fake_construction(defined_at: dict[int, Source]) -> Iterator[FakeTensorMode]:
     """Fake tensors by default, on the CPU, and the line that constructs each
-    submodule remembered (for findings that name a constructor argument)."""
+    submodule remembered (for findings that name a constructor argument).
+
+    Construction code that reads values works too: ``torch.nn.init`` is skipped (a
+    fake tensor has no values to initialise, and ``trunc_normal_`` samples with
+    ``.item()``), and small index vectors (``torch.linspace``/``logspace``/``arange``
+    of at most :data:`REAL_VECTOR_NUMEL` elements, e.g. timm's drop-path rates) are
+    real, so nothing of a model's size is allocated."""
     mode = RecordingFakeMode()
     apply = torch.nn.Module._apply
     torch.nn.Module._apply = _fake_apply  # type: ignore[method-assign]
     try:
-        with construction_sites(defined_at), mode, torch.device("cpu"):
+        with construction_sites(defined_at), _skip_init(), mode, torch.device("cpu"), _RealIndexVectors():
             yield mode
     finally:
         torch.nn.Module._apply = apply  # type: ignore[method-assign]
+
+
+#: ``torch.nn.init``'s initialisers, skipped while a model is built on fake tensors
+#: (code that bound one by name before shapelint started still runs it)
+INITIALISERS = (
+    "uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_",
+    "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_",
+)
+
+
+def _keep(tensor: torch.Tensor, *_: Any, **__: Any) -> torch.Tensor:
+    return tensor
+
+
+@contextlib.contextmanager
+def _skip_init() -> Iterator[None]:
+    saved = {name: getattr(torch.nn.init, name) for name in INITIALISERS}
+    for name in INITIALISERS:
+        setattr(torch.nn.init, name, _keep)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.nn.init, name, fn)
+
+
+#: largest index vector (``linspace``, ``logspace``, ``arange``) built for real during
+#: construction: drop-path rates, positions, window offsets (64 KiB of int64 at most)
+REAL_VECTOR_NUMEL = 8192
+_INDEX_VECTORS = frozenset({torch.linspace, torch.logspace, torch.arange})
+
+
+class _RealIndexVectors(TorchFunctionMode):
+    """Builds small index vectors that take no tensor arguments as real CPU tensors,
+    and whatever is computed from real tensors alone stays real, so construction
+    code can read their values (``.item()``, ``.tolist()``, iteration)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if tensors and not any(isinstance(t, FakeTensor) for t in tensors):
+            with unset_fake_temporarily():
+                return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if (func in _INDEX_VECTORS and not tensors and isinstance(out, torch.Tensor)
+                and out.numel() <= REAL_VECTOR_NUMEL and kwargs.get("device") is None):
+            with unset_fake_temporarily():
+                return func(*args, **kwargs)
+        return out
 
 
 @contextlib.contextmanager
@@ -132,20 +193,25 @@ def construction_sites(defined_at: dict[int, Source]) -> Iterator[None]:
 def meta_to_fake(model: torch.nn.Module, mode: FakeTensorMode) -> None:
     """Turn a model built on the meta device into CPU fake tensors of ``mode``, in
     place, keeping tied parameters tied (a meta build is several times cheaper than
-    dispatching every initialisation op through the fake mode)."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    cpu = torch.device("cpu")
+    dispatching every initialisation op through the fake mode). The few tensors that
+    construction made on the CPU anyway (legacy ``torch.FloatTensor(...)``) become
+    fake too."""
     done: dict[int, torch.nn.Parameter] = {}
     for mod in model.modules():
         for key, p in list(mod._parameters.items()):
             if p is not None:
                 if id(p) not in done:
-                    done[id(p)] = torch.nn.Parameter(FakeTensor(mode, p.data, cpu), requires_grad=p.requires_grad)
+                    done[id(p)] = torch.nn.Parameter(_to_fake(p.data, mode), requires_grad=p.requires_grad)
                 mod._parameters[key] = done[id(p)]
         for key, b in list(mod._buffers.items()):
-            if b is not None and b.device.type == "meta":
-                mod._buffers[key] = FakeTensor(mode, b, cpu)
+            if b is not None and not isinstance(b, FakeTensor):
+                mod._buffers[key] = _to_fake(b, mode)
+
+
+def _to_fake(t: torch.Tensor, mode: FakeTensorMode) -> torch.Tensor:
+    if t.device.type == "meta":
+        return FakeTensor(mode, t, torch.device("cpu"))
+    return mode.from_tensor(t)
 
 
 _APPLY_MEMO: list[dict[int, tuple[torch.Tensor, torch.nn.Parameter]]] = []
@@ -404,13 +470,26 @@ def _import_transformers() -> Any:
     return transformers
 
 
+#: non-positive values transformers documents for a key (DeBERTa-v2/v3: relative
+#: positions -1 means max_position_embeddings, buckets -1 none, type vocabulary 0
+#: no token-type embedding)
+SENTINELS: dict[str, int] = {"max_relative_positions": -1, "position_buckets": -1, "type_vocab_size": 0}
+
+
 def _check_dims(doc: dict[str, Any], where: str) -> None:
     for key, value in doc.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or SENTINELS.get(key) == value:
             continue
         if (key.endswith(("_size", "_dim", "_heads", "_layers", "_embd", "_head", "_positions", "_ctx"))
                 or key.startswith(("num_", "n_"))) and value <= 0:
             raise ShapelintError(f"{where}: {key} = {value}: dimensions must be positive")
+
+
+#: probabilities of random changes to a training step that no fake tensor can take
+#: (data-dependent branches): LayerDrop skips layers, SpecAugment overwrites frames
+#: (with an index_put of a random mask). shapelint traces the step in which every
+#: layer runs on every frame; no GEMM shape depends on them.
+RANDOM_STEP_KEYS = ("layerdrop", "encoder_layerdrop", "decoder_layerdrop", "mask_time_prob", "mask_feature_prob")
 
 
 def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | None,
@@ -421,6 +500,7 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
         raise ShapelintError(f"{where}: no 'model_type' key (is this a Hugging Face config.json?)")
     _check_dims(doc, where)
     fields = {k: v for k, v in doc.items() if k not in ("model_type", "transformers_version")}
+    fields.update({k: 0.0 for k in RANDOM_STEP_KEYS if k in fields})
     try:
         config = transformers.AutoConfig.for_model(model_type, **fields)
     except Exception as exc:  # noqa: BLE001 - transformers validates configs on construction
@@ -428,11 +508,17 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
     defined_at: dict[int, Source] = {}
     with construction_sites(defined_at), torch.device("meta"), _default_dtype(dtype):
         model = _hf_model(transformers, config, where)
+    _unpacked_sequences(model)
     mode = RecordingFakeMode()
     meta_to_fake(model, mode)
     with mode, torch.device("cpu"):
         inputs = _hf_inputs(model, config, where, batch or DEFAULT_BATCH, seq)
     return Loaded(where, "hf-config", model, inputs, mode, defined_at)
+
+
+#: attention implementations tried in turn: SDPA (what a GPU step runs), then the
+#: architecture's own matmul-softmax-matmul where it has no SDPA path
+ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 
 
 def _hf_model(transformers: Any, config: Any, where: str) -> torch.nn.Module:
@@ -441,18 +527,50 @@ def _hf_model(transformers: Any, config: Any, where: str) -> torch.nn.Module:
     if arch and hasattr(transformers, arch):
         candidates.append(getattr(transformers, arch))
     candidates += [transformers.AutoModelForCausalLM, transformers.AutoModel]
-    last: Exception | None = None
+    refusals: list[Exception] = []
     for cls in candidates:
-        try:
-            with _no_init_weights(transformers):  # fake weights need no initial values
-                if hasattr(cls, "from_config"):
-                    return cls.from_config(config, attn_implementation="sdpa")
-                return cls._from_config(config, attn_implementation="sdpa")
-        except ValueError as exc:  # unrecognised configuration class for this auto class
-            last = exc
-        except Exception as exc:  # noqa: BLE001
-            raise ShapelintError(f"{where}: transformers cannot build this model: {_one_line(exc)}") from exc
-    raise ShapelintError(f"{where}: transformers cannot build a model for this config: {_one_line(last or Exception())}")
+        for impl in ATTENTION_IMPLEMENTATIONS:
+            try:
+                with _no_init_weights(transformers):  # fake weights need no initial values
+                    build = cls.from_config if hasattr(cls, "from_config") else cls._from_config
+                    return build(config, attn_implementation=impl)
+            except ValueError as exc:  # no such attention implementation, or not this auto class's config
+                refusals.append(exc)
+            except Exception as exc:  # noqa: BLE001
+                raise ShapelintError(f"{where}: transformers cannot build this model: {_one_line(exc)}") from exc
+    # the eager attempt's reason, which is not about SDPA support
+    reason = refusals[1] if len(refusals) > 1 else refusals[0]
+    raise ShapelintError(f"{where}: transformers cannot build a model for this config: {_one_line(reason)}")
+
+
+def _unpacked_sequences(model: torch.nn.Module) -> None:
+    """While ``model`` runs, tell transformers' mask code that no row packs several
+    sequences. On a GPU it finds that out from the position ids (consecutive, as
+    shapelint's inputs make them) and then, with no padding, calls SDPA with
+    ``is_causal=True`` and no mask; on fake tensors it cannot read them and builds
+    an explicit mask, which keeps the flash and cuDNN kernels out."""
+    try:
+        masking = importlib.import_module("transformers.masking_utils")
+    except ImportError:
+        return
+    if not hasattr(masking, "find_packed_sequence_indices"):
+        return
+    saved: list[Any] = []
+
+    def enter(*_: Any, **__: Any) -> None:
+        saved.append(masking.find_packed_sequence_indices)
+        masking.find_packed_sequence_indices = _no_packing
+
+    def leave(*_: Any, **__: Any) -> None:
+        if saved:
+            masking.find_packed_sequence_indices = saved.pop()
+
+    model.register_forward_pre_hook(enter, with_kwargs=True)
+    model.register_forward_hook(leave, with_kwargs=True, always_call=True)
+
+
+def _no_packing(position_ids: torch.Tensor) -> None:
+    return None
 
 
 @contextlib.contextmanager
@@ -481,23 +599,83 @@ def _no_init_weights(transformers: Any) -> Any:
     return contextlib.nullcontext()
 
 
+# Example inputs per modality (the README's target table documents them): batch
+# ``--batch`` (default DEFAULT_BATCH) of
+# - text (input_ids, and decoder_input_ids for encoder-decoders): ``--seq`` tokens
+#   (default DEFAULT_SEQ), capped at the model's (or the decoder's) positions;
+# - images (pixel_values): the config's image_size and num_channels (``--seq`` unused);
+# - speech features (input_features, Whisper): num_mel_bins x 2·max_source_positions
+#   frames, the fixed window the encoder takes;
+# - raw audio (input_values, wav2vec2): ``--seq`` (default DEFAULT_SEQ) encoder frames'
+#   worth of samples (times the feature extractor's conv strides).
+# A model that takes both text and images (CLIP) gets both.
+
+#: image side when a vision config names none (ImageNet's)
+DEFAULT_IMAGE_SIZE = 224
+#: config keys that bound a text sequence, decoder first
+_POSITION_KEYS = ("max_target_positions", "max_position_embeddings", "n_positions", "max_seq_len")
+
+
+def _positions(config: Any, decoder: bool) -> int | None:
+    keys = _POSITION_KEYS if decoder else _POSITION_KEYS[1:]
+    return next((int(v) for k in keys if isinstance(v := getattr(config, k, None), int) and v > 0), None)
+
+
+def _text_config(config: Any, decoder: bool = False) -> Any:
+    get = getattr(config, "get_text_config", None)
+    if not callable(get):
+        return config
+    return get(decoder=True) if decoder else get()
+
+
+def _token_ids(config: Any, batch: int, seq: int | None, decoder: bool = False) -> torch.Tensor:
+    text = _text_config(config, decoder)
+    limit = _positions(text, decoder)
+    tokens = min(seq or DEFAULT_SEQ, limit or DEFAULT_SEQ)
+    return torch.randint(0, int(getattr(text, "vocab_size", 2) or 2), (batch, tokens))
+
+
+def _pixels(config: Any, batch: int, seq: int | None) -> torch.Tensor:
+    vision = getattr(config, "vision_config", None) or config
+    size = getattr(vision, "image_size", None) or DEFAULT_IMAGE_SIZE
+    height, width = (size, size) if isinstance(size, int) else (int(size[0]), int(size[-1]))
+    return torch.randn(batch, int(getattr(vision, "num_channels", 3)), height, width)
+
+
+def _speech_features(config: Any, batch: int, seq: int | None) -> torch.Tensor:
+    mels, source = getattr(config, "num_mel_bins", None), getattr(config, "max_source_positions", None)
+    if not (isinstance(mels, int) and isinstance(source, int)):
+        raise ShapelintError("input_features without num_mel_bins and max_source_positions in the config")
+    return torch.randn(batch, mels, 2 * source)  # two stride-1/stride-2 convolutions halve the frames
+
+
+def _audio(config: Any, batch: int, seq: int | None) -> torch.Tensor:
+    stride = math.prod(int(s) for s in getattr(config, "conv_stride", (1,)))
+    return torch.randn(batch, (seq or DEFAULT_SEQ) * stride)
+
+
+_MODALITIES: dict[str, Callable[[Any, int, int | None], torch.Tensor]] = {
+    "input_ids": _token_ids,
+    "pixel_values": _pixels,
+    "input_features": _speech_features,
+    "input_values": _audio,
+}
+
+
 def _hf_inputs(model: torch.nn.Module, config: Any, where: str, batch: int, seq: int | None) -> dict[str, Any]:
     main = getattr(model, "main_input_name", "input_ids")
     params = inspect.signature(model.forward).parameters
-    if main == "input_ids":
-        limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-        tokens = seq or min(DEFAULT_SEQ, limit or DEFAULT_SEQ)
-        vocab = int(getattr(config, "vocab_size", 2) or 2)
-        ids = torch.randint(0, vocab, (batch, tokens))
-        inputs: dict[str, Any] = {"input_ids": ids}
-        if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
-            inputs["decoder_input_ids"] = ids
-    elif main == "pixel_values":
-        size = getattr(config, "image_size", 224)
-        size = size if isinstance(size, int) else int(size[0])
-        inputs = {"pixel_values": torch.randn(batch, getattr(config, "num_channels", 3), size, size)}
-    else:
-        raise ShapelintError(f"{where}: models whose input is {main!r} are not supported yet")
+    if main not in _MODALITIES:
+        raise ShapelintError(f"{where}: models whose input is {main!r} are not supported yet "
+                             f"(supported: {', '.join(_MODALITIES)})")
+    try:
+        inputs: dict[str, Any] = {main: _MODALITIES[main](config, batch, seq)}
+    except ShapelintError as exc:
+        raise ShapelintError(f"{where}: {exc}") from exc
+    if main == "input_ids" and "pixel_values" in params and getattr(config, "vision_config", None) is not None:
+        inputs["pixel_values"] = _pixels(config, batch, seq)
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
+        inputs["decoder_input_ids"] = _token_ids(config, batch, seq, decoder=True)
     if "use_cache" in params:
         inputs["use_cache"] = False
     return inputs
