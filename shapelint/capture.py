@@ -18,7 +18,7 @@ import sys
 import sysconfig
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -32,7 +32,7 @@ from shapelint.gemm_shapes import (
     GemmShape,
     extract,
 )
-from shapelint.records import Gemm, Source
+from shapelint.records import Gemm, Phase, Role, Source
 
 #: the compute precisions a user can train with, and the torch dtype GEMMs run in
 PRECISIONS: dict[str, torch.dtype] = {
@@ -149,7 +149,7 @@ def user_frame_source(skip_code: Any = None) -> Source | None:
         if (code is not skip_code and not filename.startswith("<")
                 and not filename.startswith(_SKIP_DIRS + (_SHAPELINT_DIR,))):
             return Source(_display_path(filename), frame.f_lineno)
-        frame = frame.f_back
+        frame = frame.f_back  # type: ignore[assignment]  # the loop stops at None
     return None
 
 
@@ -509,7 +509,8 @@ def _attention_backward(grad: torch.Tensor, query: torch.Tensor, key: torch.Tens
     """dq, dk, dv and the mask's gradient (empty when it needs none)."""
     with torch.enable_grad():
         q, k, v = (t.detach().requires_grad_() for t in (query, key, value))
-        mask = attn_mask.detach().requires_grad_() if _mask_needs_grad(attn_mask) else attn_mask
+        mask = (attn_mask.detach().requires_grad_() if attn_mask is not None and _mask_needs_grad(attn_mask)
+                else attn_mask)
         out = torch.ops.aten.scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, scale=scale, enable_gqa=True)
         wrt = [q, k, v] + ([mask] if mask is not None and mask.requires_grad else [])
         grads = torch.autograd.grad(out, wrt, grad)
@@ -520,7 +521,8 @@ def _attention_backward(grad: torch.Tensor, query: torch.Tensor, key: torch.Tens
 def _attention_backward_fake(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                              attn_mask: torch.Tensor | None, is_causal: bool, scale: float | None, kernel: str
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    dmask = torch.empty_like(attn_mask) if _mask_needs_grad(attn_mask) else query.new_empty(0)
+    dmask = (torch.empty_like(attn_mask) if attn_mask is not None and _mask_needs_grad(attn_mask)
+             else query.new_empty(0))
     return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value), dmask
 
 
@@ -660,7 +662,7 @@ def capture(
             Gemm(
                 index=i,
                 op=s.op if not s.part else f"{s.op}.{s.part}",
-                phase=phase,
+                phase=cast(Phase, phase),
                 m=s.m,
                 n=s.n,
                 k=s.k,
@@ -674,7 +676,7 @@ def capture(
                 module_params=module.params,
                 source=owner.source if owner else None,
                 defined_at=module.defined_at,
-                role=role,
+                role=cast(Role, role),
                 extra=s.extra,
             )
         )

@@ -558,12 +558,12 @@ def _unpacked_sequences(model: torch.nn.Module) -> None:
     saved: list[Any] = []
 
     def enter(*_: Any, **__: Any) -> None:
-        saved.append(masking.find_packed_sequence_indices)
-        masking.find_packed_sequence_indices = _no_packing
+        saved.append(getattr(masking, "find_packed_sequence_indices"))  # noqa: B009 - absent in older transformers
+        setattr(masking, "find_packed_sequence_indices", _no_packing)  # noqa: B010
 
     def leave(*_: Any, **__: Any) -> None:
         if saved:
-            masking.find_packed_sequence_indices = saved.pop()
+            setattr(masking, "find_packed_sequence_indices", saved.pop())  # noqa: B010
 
     model.register_forward_pre_hook(enter, with_kwargs=True)
     model.register_forward_hook(leave, with_kwargs=True, always_call=True)
