@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from shapelint.engine import builtin_rules
+from shapelint.check import builtin_rules
 from shapelint.hardware import default_gpu, resolve
 from shapelint.lint import Options, lint_target
 from shapelint.padding import mask_padded_logits

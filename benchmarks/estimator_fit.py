@@ -16,9 +16,9 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from shapelint.estimate import gemm_time
 from shapelint.gemm_shapes import matrix
 from shapelint.hardware import resolve
+from shapelint.price.gemm import gemm_time
 from shapelint.records import Gemm
 
 HERE = Path(__file__).resolve().parent

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import torch
-from shapelint.engine import builtin_rules
 
+from shapelint.check import builtin_rules
 from shapelint.hardware import default_gpu, resolve
 from shapelint.lint import Options, lint_target
 from shapelint.verify import verify
@@ -46,7 +46,7 @@ def main() -> None:
                              hw, builtin_rules())
         checked = verify(result.findings, result.capture.gemms, hw, THRESHOLD)
         for f in checked:
-            v = f.detail("verify") or {}
+            v = f.verification or {}
             rows.append({
                 "target": target, "code": f.code, "module": f.module,
                 "suggestion": f.suggestion.to_json() if f.suggestion else None,

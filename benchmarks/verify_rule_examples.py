@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
-from shapelint.engine import builtin_rules
-from shapelint.hardware import default_gpu, resolve
+from shapelint.check import builtin_rules
 from shapelint.examples_runner import trace_example
+from shapelint.hardware import default_gpu, resolve
+from shapelint.price import price
 from shapelint.verify import verify
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,24 +33,24 @@ def main() -> None:
     local = default_gpu()
     rows = []
     for rule in builtin_rules():
-        if only and rule.CODE not in only:
+        if only and rule.code not in only:
             continue
-        for i, ex in enumerate(rule.BAD):
+        for i, ex in enumerate(rule.bad):
             hw = resolve(ex.gpu)
             if hw.arch != local.arch:
                 hw = local  # estimate for the GPU we measure on
             cap, ctx = trace_example(rule, ex)
-            findings = [f for f in rule.check(cap.gemms, hw, ctx) if f.code == rule.CODE]
+            findings = [f for f in price(rule.check(cap.gemms, hw, ctx), cap.gemms, hw) if f.code == rule.code]
             for f in verify(findings, cap.gemms, hw, 1.05):
-                v = f.detail("verify") or {}
-                rows.append({"code": rule.CODE, "example": i, "model": ex.model, "dtype": ex.dtype,
+                v = f.verification or {}
+                rows.append({"code": rule.code, "example": i, "model": ex.model, "dtype": ex.dtype,
                              "suggestion": f.suggestion.to_json() if f.suggestion else None,
                              "est_speedup": f.est_speedup, "measured_speedup": f.measured_speedup,
                              "est_ms": f.est_ms, "est_ms_after": f.est_ms_after,
                              "before_ms": v.get("before_ms"), "after_ms": v.get("after_ms"),
-                             "kind": f.detail("est_speedup_kind", "time"), "status": v.get("status")})
+                             "kind": f.gain, "status": v.get("status")})
                 m = f.measured_speedup
-                print(f"{rule.CODE} BAD{i} {ex.dtype:5} est {f.est_speedup or 0:6.2f}x  measured "
+                print(f"{rule.code} BAD{i} {ex.dtype:5} est {f.est_speedup or 0:6.2f}x  measured "
                       f"{(m or 0):6.2f}x  est ms {f.est_ms:.3f} -> {f.est_ms_after:.3f}  measured ms "
                       f"{v.get('before_ms')} -> {v.get('after_ms')}  {ex.model[:50]}", flush=True)
     out = Path(args.out)
