@@ -1,0 +1,152 @@
+"""Model configs and measurement groups for benchmarks/step_gpu.py (issue 10).
+
+Pure data, standard library only, so that it can be read (and tested) without torch.
+
+A *section* is one model family: a Hugging Face config (the published one where there is
+one), the auto class that builds it, the vocabulary the data is drawn from, and named
+*variants* (config overrides plus how the loss is taken). A *group* is what is timed
+together: variants of one section in one mode (eager | compile) at one batch x seq,
+in alternating blocks, the first variant being the baseline of the group.
+"""
+
+from __future__ import annotations
+
+# --- sections -------------------------------------------------------------------------------------
+
+# loss modes
+#   "hf"    : the model's own loss: model(input_ids=ids, labels=ids).loss (causal LM: shifted
+#             cross-entropy over all vocab_size logits; masked LM: cross-entropy over all tokens)
+#   "slice" : padded vocabulary, logits sliced back to base_vocab before the same loss:
+#             lm_head(base_model(ids).last_hidden_state)[..., :base_vocab] -> model.loss_function
+
+SECTIONS: dict[str, dict] = {
+    "gpt2": {
+        "auto": "causal",
+        # the published `gpt2` config (GPT2Config() defaults: n_layer 12, n_embd 768, n_head 12,
+        # n_positions 1024, gelu_new, dropout 0.1 everywhere, tied embeddings)
+        "config": {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12,
+                   "n_positions": 1024, "vocab_size": 50257},
+        "base_vocab": 50257,
+        "variants": {
+            "v50257": ({}, "hf"),
+            "v50264_slice": ({"vocab_size": 50264}, "slice"),
+            "v50304_slice": ({"vocab_size": 50304}, "slice"),
+            "v50264_raw": ({"vocab_size": 50264}, "hf"),
+            "v50304_raw": ({"vocab_size": 50304}, "hf"),
+        },
+    },
+    "bert": {
+        "auto": "masked",
+        # bert-base-uncased: BertConfig() defaults (vocab 30522, 768, 12 layers, 12 heads, 3072,
+        # 512 positions, dropout 0.1)
+        "config": {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12,
+                   "num_attention_heads": 12, "intermediate_size": 3072,
+                   "max_position_embeddings": 512, "vocab_size": 30522},
+        "base_vocab": 30522,
+        "variants": {
+            "v30522": ({}, "hf"),
+            "v30528": ({"vocab_size": 30528}, "hf"),
+        },
+    },
+    "llama": {
+        "auto": "causal",
+        # a Llama-style model (not a published size): 8 layers, 16 heads of 100, SwiGLU 4352
+        # (a multiple of 256), vocab 32000, untied head
+        "config": {"model_type": "llama", "hidden_size": 1600, "intermediate_size": 4352,
+                   "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 16,
+                   "max_position_embeddings": 2048, "vocab_size": 32000},
+        "base_vocab": 32000,
+        "variants": {
+            "hd100": ({}, "hf"),
+            # head_dim 104 by widening the model (hidden 1600 -> 1664, 16 heads): every layer grows 4%
+            "hd104_hidden1664": ({"hidden_size": 1664}, "hf"),
+            # head_dim 104 with hidden kept at 1600 (explicit head_dim: q/k/v 1600 -> 1664, o 1664 -> 1600)
+            "hd104_headdim": ({"head_dim": 104}, "hf"),
+        },
+    },
+    "opt": {
+        "auto": "causal",
+        # facebook/opt-125m
+        "config": {"model_type": "opt", "vocab_size": 50272, "hidden_size": 768,
+                   "num_hidden_layers": 12, "ffn_dim": 3072, "num_attention_heads": 12,
+                   "max_position_embeddings": 2048, "word_embed_proj_dim": 768,
+                   "do_layer_norm_before": True, "dropout": 0.1, "attention_dropout": 0.0,
+                   "activation_function": "relu", "enable_bias": True},
+        "base_vocab": 50272,
+        "variants": {"published": ({}, "hf")},
+    },
+    "qwen2": {
+        "auto": "causal",
+        # Qwen/Qwen2.5-0.5B
+        "config": {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+                   "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+                   "vocab_size": 151936, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+                   "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "use_sliding_window": False,
+                   "hidden_act": "silu", "attention_dropout": 0.0},
+        "base_vocab": 151936,
+        "variants": {"published": ({}, "hf")},
+    },
+}
+
+# --- groups ---------------------------------------------------------------------------------------
+# id -> (section, mode, batch, seq, variants, estimated seconds on an H100 incl. build and compile)
+
+GROUPS: dict[str, tuple] = {
+    "gpt2_eager": ("gpt2", "eager", 8, 1024,
+                   ["v50257", "v50264_slice", "v50304_slice", "v50264_raw", "v50304_raw"], 55),
+    "gpt2_compile": ("gpt2", "compile", 8, 1024, ["v50257", "v50264_slice", "v50304_slice"], 170),
+    "gpt2_compile_raw": ("gpt2", "compile", 8, 1024, ["v50257", "v50264_raw", "v50304_raw"], 150),
+    "gpt2_compile_all": ("gpt2", "compile", 8, 1024,
+                         ["v50257", "v50264_slice", "v50304_slice", "v50264_raw", "v50304_raw"], 150),
+    "bert_b32_eager": ("bert", "eager", 32, 512, ["v30522", "v30528"], 30),
+    "bert_b8_eager": ("bert", "eager", 8, 512, ["v30522", "v30528"], 20),
+    "bert_b32_compile": ("bert", "compile", 32, 512, ["v30522", "v30528"], 110),
+    "bert_b8_compile": ("bert", "compile", 8, 512, ["v30522", "v30528"], 90),
+    "llama_eager": ("llama", "eager", 8, 1024, ["hd100", "hd104_hidden1664", "hd104_headdim"], 45),
+    "llama_compile": ("llama", "compile", 8, 1024, ["hd100", "hd104_hidden1664", "hd104_headdim"], 110),
+    "opt_eager": ("opt", "eager", 8, 1024, ["published"], 20),
+    "opt_compile": ("opt", "compile", 8, 1024, ["published"], 60),
+    "qwen2_eager": ("qwen2", "eager", 8, 1024, ["published"], 35),
+    "qwen2_compile": ("qwen2", "compile", 8, 1024, ["published"], 100),
+    "micro": (None, None, None, None, [], 70),
+    "micro_launch": (None, None, None, None, [], 20),
+    "micro_rest": (None, None, None, None, [], 50),
+    "gpt2_compile_r3": ("gpt2", "compile", 8, 1024,
+                        ["v50257", "v50264_slice", "v50264_raw", "v50304_raw"], 130),
+}
+
+RUN1 = ["gpt2_eager", "gpt2_compile", "bert_b32_eager", "bert_b8_eager", "bert_b32_compile",
+        "micro", "bert_b8_compile"]
+# run 2 (a second machine): the other models first, then repeats of run 1's GPT-2/BERT groups
+RUN2 = ["llama_eager", "llama_compile", "opt_eager", "opt_compile", "qwen2_eager", "qwen2_compile",
+        "gpt2_eager", "gpt2_compile_all", "bert_b8_eager", "bert_b32_eager", "micro"]
+# run 3 (a third machine): launch costs first, repeats, compiled raw-padded GPT-2, the micro rest
+RUN3 = ["micro_launch", "gpt2_eager", "bert_b8_eager", "bert_b32_eager", "gpt2_compile_r3",
+        "micro_rest"]
+
+
+def tiny(section: str, cfg: dict) -> dict:
+    """Shrink a config for the CPU dry run, keeping the vocabulary/head_dim offsets."""
+    cfg = dict(cfg)
+    t = cfg["model_type"]
+    if t == "gpt2":
+        cfg.update(n_layer=2, n_embd=64, n_head=4, n_positions=64)
+    else:
+        hidden_delta = cfg.get("hidden_size", 0) - SECTIONS[section]["config"].get("hidden_size", 0)
+        cfg["hidden_size"] = 80 + (8 * (hidden_delta > 0))  # llama: head_dim 20 -> 22 analogue
+        cfg["num_hidden_layers"] = 2
+        cfg["num_attention_heads"] = 4
+        if "num_key_value_heads" in cfg:
+            cfg["num_key_value_heads"] = 2 if t == "qwen2" else 4
+        if "head_dim" in cfg:
+            cfg["head_dim"] = 22
+        for k in ("intermediate_size", "ffn_dim"):
+            if k in cfg:
+                cfg[k] = 128
+        if "word_embed_proj_dim" in cfg:
+            cfg["word_embed_proj_dim"] = cfg["hidden_size"]
+        cfg["max_position_embeddings"] = 64
+    # vocab: keep the offset from the base vocab, on a base of 1000
+    base = SECTIONS[section]["base_vocab"]
+    cfg["vocab_size"] = 1000 + (cfg.get("vocab_size", base) - base)
+    return cfg
