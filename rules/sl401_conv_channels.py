@@ -145,5 +145,5 @@ def _proposal(call: ConvCall, members: tuple[Gemm, ...], sides: dict[str, int], 
              ("kernel_elems", call.kernel)),
         )
 
-    dims = tuple(Dim(value, step, max(SEARCH_SPAN, step)) for value in sides.values())
+    dims = tuple(Dim(value, step, SEARCH_SPAN) for value in sides.values())  # candidates() spans a step at least
     return Proposal(CODE, NAME, SEVERITY, members, SizeSearch(dims, at))

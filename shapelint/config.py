@@ -54,8 +54,6 @@ from shapelint.errors import ShapelintError
 from shapelint.files import parse_json, parse_toml, parse_yaml, read_text
 from shapelint.settings import (
     BY_KEY,
-    DTYPES,
-    FORMATS,
     Settings,
     canonical,
     describe,
@@ -232,8 +230,6 @@ def module_ignored(finding: Any, per_module_ignores: dict[str, list[str]] | None
 
 
 __all__ = [
-    "DTYPES",
-    "FORMATS",
     "Config",
     "find_config",
     "load_config",

@@ -143,6 +143,10 @@ def layer_sizes(own: Sequence[Gemm], context: RuleContext) -> list[int]:
     return sorted(values)
 
 
+#: GEMMs whose sizes are set by attention, not by a layer parameter
+QUANTIZATION_SKIP_ROLES = ATTN_ROLES | {"after_softmax"}
+
+
 def quantization_proposals(
     code: str, name: str, severity: Severity, cause: Cause, min_waste: float, gemms: Sequence[Gemm],
     hw: Hardware, context: RuleContext, search: Callable[[int], int], below: Callable[[int], int],
@@ -176,7 +180,3 @@ def quantization_proposals(
 
             dim = Dim(value, hw.align_elems(covered[0].dtype_bytes), search(value), context.tp, below(value))
             yield Proposal(code, name, severity, covered, SizeSearch((dim,), at, fits), gain="throughput")
-
-
-#: GEMMs whose sizes are set by attention, not by a layer parameter
-QUANTIZATION_SKIP_ROLES = ATTN_ROLES | {"after_softmax"}
