@@ -5,6 +5,7 @@ the kernel a GPU runs."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from pathlib import Path
@@ -81,9 +82,11 @@ ATTENTION_FLOPS = {
 }
 
 
-def traced(path: Path) -> tuple[list[Gemm], dict[str, int]]:
-    """The capture and FlopCounterMode's per-op totals, from one run of the step."""
-    loaded = load(path, batch=BATCH, seq=SEQ)
+@functools.cache
+def traced(path: Path, batch: int = BATCH, seq: int = SEQ) -> tuple[list[Gemm], dict[str, int]]:
+    """The capture and FlopCounterMode's per-op totals, from one run of the step
+    (once per model: several tests read them; the records are frozen)."""
+    loaded = load(path, batch=batch, seq=seq)
     with loaded.fake_mode:
         inputs = to_precision(loaded.model, loaded.inputs, "bf16")
         counter = FlopCounterMode(display=False, custom_mapping=ATTENTION_FLOPS)
