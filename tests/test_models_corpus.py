@@ -18,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from shapelint.capture import capture, to_precision
 from shapelint.cli import main
-from shapelint.load import load
+from shapelint.load import load, token_count
 from shapelint.records import Gemm
 
 pytest.importorskip("transformers")
@@ -202,3 +202,13 @@ def test_after_softmax_marks_only_the_attention_matmul(small: dict[str, Path]) -
     assert [(g.op, g.phase) for g in marked] == [("bmm", "forward")] * DEPTH
     router = traced(small["mixtral-8x7b"])[0]
     assert not [g for g in router if g.role == "after_softmax"]
+
+
+@pytest.mark.parametrize(("name", "tokens"), [
+    ("whisper-small", None),  # speech features: no token dimension in the input
+    ("vit-base-patch16-224", None),
+    ("t5-small", BATCH * SEQ),
+    ("clip-vit-base-patch32", BATCH * SEQ),
+])
+def test_token_count_per_modality(name: str, tokens: int | None, small: dict[str, Path]) -> None:
+    assert token_count(load(small[name], batch=BATCH, seq=SEQ).inputs) == tokens
