@@ -683,8 +683,11 @@ def _hf_inputs(model: torch.nn.Module, config: Any, where: str, batch: int, seq:
 
 def token_count(inputs: Any) -> int | None:
     """Tokens (rows) per step: batch x seq of integer token inputs, or every dimension
-    but the feature dimension of the first floating input with at least two."""
+    but the feature dimension of the first floating input with at least two. None for
+    images, speech features and raw audio (their rows are not a dimension of the input)."""
     first = inputs.get("input_ids") if isinstance(inputs, dict) and "input_ids" in inputs else inputs
+    if isinstance(first, dict) and _MODALITIES.keys() & first.keys():
+        return None
     if isinstance(first, dict):
         first = next(iter(first.values()), None)
     if isinstance(first, (tuple, list)):

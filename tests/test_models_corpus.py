@@ -5,6 +5,7 @@ the kernel a GPU runs."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from pathlib import Path
@@ -17,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from shapelint.capture import capture, to_precision
 from shapelint.cli import main
-from shapelint.load import load
+from shapelint.load import load, token_count
 from shapelint.records import Gemm
 
 pytest.importorskip("transformers")
@@ -81,9 +82,11 @@ ATTENTION_FLOPS = {
 }
 
 
-def traced(path: Path) -> tuple[list[Gemm], dict[str, int]]:
-    """The capture and FlopCounterMode's per-op totals, from one run of the step."""
-    loaded = load(path, batch=BATCH, seq=SEQ)
+@functools.cache
+def traced(path: Path, batch: int = BATCH, seq: int = SEQ) -> tuple[list[Gemm], dict[str, int]]:
+    """The capture and FlopCounterMode's per-op totals, from one run of the step
+    (once per model: several tests read them; the records are frozen)."""
+    loaded = load(path, batch=batch, seq=seq)
     with loaded.fake_mode:
         inputs = to_precision(loaded.model, loaded.inputs, "bf16")
         counter = FlopCounterMode(display=False, custom_mapping=ATTENTION_FLOPS)
@@ -199,3 +202,13 @@ def test_after_softmax_marks_only_the_attention_matmul(small: dict[str, Path]) -
     assert [(g.op, g.phase) for g in marked] == [("bmm", "forward")] * DEPTH
     router = traced(small["mixtral-8x7b"])[0]
     assert not [g for g in router if g.role == "after_softmax"]
+
+
+@pytest.mark.parametrize(("name", "tokens"), [
+    ("whisper-small", None),  # speech features: no token dimension in the input
+    ("vit-base-patch16-224", None),
+    ("t5-small", BATCH * SEQ),
+    ("clip-vit-base-patch32", BATCH * SEQ),
+])
+def test_token_count_per_modality(name: str, tokens: int | None, small: dict[str, Path]) -> None:
+    assert token_count(load(small[name], batch=BATCH, seq=SEQ).inputs) == tokens

@@ -7,12 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from test_models_corpus import CORPUS, shrink, traced
 
 from shapelint.errors import ShapelintError
 from shapelint.records import Gemm
 from shapelint.tp import attention_heads, parallel_style, shard
-
-from test_models_corpus import CORPUS, shrink, traced
 
 pytest.importorskip("transformers")
 
