@@ -99,6 +99,9 @@ def test_allow_listed_packages(project: Path, tmp_path: Path, monkeypatch: pytes
     assert load_yaml(project / "t.yaml", allow_builders=["zoo.mlp"]).kind == "yaml"
     with pytest.raises(ShapelintError, match="nor allow-listed"):
         load_yaml(project / "t.yaml", allow_builders=["zo"])
+    (project / "s.yaml").write_text("model: shutil:rmtree\nkwargs: {path: victim}\n")
+    with pytest.raises(ShapelintError, match="nor allow-listed"):
+        load_yaml(project / "s.yaml", allow_builders=["shutil"])  # never Python's own library
     (project / "u.yaml").write_text("model: zoo.mlp:rmtree\nkwargs: {path: victim}\n")
     with pytest.raises(ShapelintError, match="defined in shutil"):
         load_yaml(project / "u.yaml", allow_builders=["zoo"])
@@ -187,6 +190,6 @@ def test_allow_list_values_are_checked() -> None:
     from shapelint.builders import parse_allow_list
 
     assert parse_allow_list(["mypkg.models", "zoo"], "pyproject.toml:3") == ["mypkg.models", "zoo"]
-    for bad in ("mypkg", ["my pkg"], [1], ["a..b"], ["shutil:rmtree"]):
+    for bad in ("mypkg", ["my pkg"], [1], ["a..b"], ["shutil:rmtree"], ["shutil"], ["os.path"], ["builtins"]):
         with pytest.raises(ShapelintError, match="pyproject.toml:3: allow-builders"):
             parse_allow_list(bad, "pyproject.toml:3")
