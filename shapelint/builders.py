@@ -110,12 +110,23 @@ def parse_allow_list(value: Any, where: str) -> list[str]:
     for item in value:
         if not (isinstance(item, str) and _MODULE_NAME.match(item)):
             raise ShapelintError(f"{where}: {ALLOW_KEY}: {item!r} is not a module name such as 'mypkg.models'")
+        if _is_stdlib(item):
+            raise ShapelintError(f"{where}: {ALLOW_KEY}: {item!r} is part of Python itself; allow-list only "
+                                 "packages of model builders")
     return list(value)
 
 
 def allowed_by(module: str, allow: Sequence[str]) -> bool:
-    """``mypkg.models`` allows ``mypkg.models`` and ``mypkg.models.mlp``, not ``mypkg``."""
-    return any(module == a or module.startswith(a + ".") for a in allow if a)
+    """``mypkg.models`` allows ``mypkg.models`` and ``mypkg.models.mlp``, not ``mypkg``;
+    nothing of Python's own library is ever allowed (a configuration file is in the
+    pull request too: ``allow-builders = ["shutil"]`` must not open ``shutil:rmtree``)."""
+    return not _is_stdlib(module) and any(module == a or module.startswith(a + ".") for a in allow if a)
+
+
+def _is_stdlib(module: str) -> bool:
+    top = module.split(".")[0]
+    names: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
+    return top in names or top in sys.builtin_module_names
 
 
 def search_folders(yaml_path: Path) -> tuple[Path, ...]:

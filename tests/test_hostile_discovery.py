@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from _hostile import hostile_settings, lint
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from shapelint.errors import ShapelintError
@@ -118,7 +118,7 @@ def test_a_fifo_in_a_directory_is_passed_over(here: Path) -> None:
 # -- random directory trees ------------------------------------------------------------
 
 DIRS = st.sampled_from(["a", "b", "node_modules", ".hidden", "venv", "site-packages", "__pycache__", "configs"])
-FILES = st.sampled_from(["target", "mkdocs", "package", "broken_target", "no_model_type"])
+FILES = st.sampled_from(["target", "target", "target", "mkdocs", "package", "broken_target", "no_model_type"])
 ENTRY = st.tuples(st.lists(DIRS, max_size=3), FILES, st.sampled_from(["t.yaml", "x.yml", "config.json", ".h.yaml"]),
                   st.booleans())
 SKIPPED = {"node_modules", ".hidden", "site-packages", "__pycache__"}
@@ -163,6 +163,7 @@ def test_random_trees_keep_the_contract(here: Path, capsys: pytest.CaptureFixtur
     expected = sorted(str(p.relative_to(here)) for p in written if _found(p, root)
                       and ('"model_type"' in p.read_text() or p.read_text().startswith("model:")))
     rc, out, err = lint(["tree", "--format", "json"], here, capsys)
+    event(f"exit {rc}, {len(expected)} targets")
     if not expected:
         assert rc == 2 and "no config.json or shapelint YAML under this directory" in err
     elif any(name.endswith("config.json") for name in expected):

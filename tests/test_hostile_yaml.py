@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from _hostile import hostile_settings, lint
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from shapelint.errors import ShapelintError
@@ -99,6 +99,9 @@ def test_allow_listed_packages(project: Path, tmp_path: Path, monkeypatch: pytes
     assert load_yaml(project / "t.yaml", allow_builders=["zoo.mlp"]).kind == "yaml"
     with pytest.raises(ShapelintError, match="nor allow-listed"):
         load_yaml(project / "t.yaml", allow_builders=["zo"])
+    (project / "s.yaml").write_text("model: shutil:rmtree\nkwargs: {path: victim}\n")
+    with pytest.raises(ShapelintError, match="nor allow-listed"):
+        load_yaml(project / "s.yaml", allow_builders=["shutil"])  # never Python's own library
     (project / "u.yaml").write_text("model: zoo.mlp:rmtree\nkwargs: {path: victim}\n")
     with pytest.raises(ShapelintError, match="defined in shutil"):
         load_yaml(project / "u.yaml", allow_builders=["zoo"])
@@ -138,21 +141,33 @@ SPEC = st.one_of(
                                     "high": JUNK, "requires_grad": JUNK}),
     JUNK,
 )
-TARGET = st.fixed_dictionaries(
-    {"model": st.one_of(st.sampled_from(["build.py:build", "build.py:Net", "pkg.models:build", "shutil:rmtree",
-                                         "os:system", "../elsewhere.py:f", "build.py:rmtree", "build.py:nope",
-                                         "builtins:exec", "build.py"]), JUNK)},
-    optional={
-        "kwargs": st.one_of(st.dictionaries(st.sampled_from(["width", "out", "path", "command", "1x"]),
-                                            st.one_of(DIM, JUNK), max_size=2), JUNK),
-        "inputs": st.one_of(st.lists(SPEC, max_size=2), st.dictionaries(st.sampled_from(["x", "bad key"]), SPEC,
-                                                                         max_size=1), JUNK),
-        "dtype": st.one_of(st.sampled_from(["bf16", "fp32", "fp8"]), JUNK),
-        "gpu": st.one_of(st.sampled_from(["h100", "l4", "nope"]), JUNK),
-        "training": JUNK, "batch": st.one_of(DIM, JUNK), "tp": st.one_of(st.sampled_from([1, 2, 3]), JUNK),
-        "extra": JUNK,
-    },
+GOOD_MODELS = ("build.py:build", "build.py:Net", "pkg.models:build")
+BAD_MODELS = ("shutil:rmtree", "os:system", "../elsewhere.py:f", "build.py:rmtree", "build.py:nope", "builtins:exec",
+              "build.py")
+
+
+GOOD_KWARGS = st.fixed_dictionaries({}, optional={"width": st.just(64), "out": st.integers(1, 130)})
+GOOD_INPUTS = st.just([[4, 64]]) | st.just([{"shape": [2, 3, 64], "dtype": "float", "requires_grad": True}])
+#: a target that lints: the builder, its inputs and any of the settings
+VALID = st.fixed_dictionaries(
+    {"model": st.sampled_from(GOOD_MODELS), "inputs": GOOD_INPUTS},
+    optional={"kwargs": GOOD_KWARGS, "dtype": st.sampled_from(["bf16", "fp16", "fp32", "tf32"]),
+              "gpu": st.sampled_from(["h100", "l4", "a100"]), "training": st.booleans(),
+              "batch": st.integers(1, 64), "tp": st.sampled_from([1, 2])},
 )
+#: what a careless or hostile edit puts under each key
+BAD = {
+    "model": st.one_of(st.sampled_from(BAD_MODELS), JUNK),
+    "kwargs": st.one_of(st.dictionaries(st.sampled_from(["width", "out", "path", "command", "1x"]),
+                                        st.one_of(DIM, JUNK), min_size=1, max_size=2), JUNK),
+    "inputs": st.one_of(st.lists(SPEC, min_size=1, max_size=2),
+                        st.dictionaries(st.sampled_from(["x", "bad key"]), SPEC, min_size=1, max_size=1), JUNK),
+    "dtype": st.one_of(st.just("fp8"), JUNK), "gpu": st.one_of(st.just("nope"), JUNK), "training": JUNK,
+    "batch": st.one_of(DIM, JUNK), "tp": JUNK, "extra": JUNK,
+}
+MUTATION = st.sampled_from(sorted(BAD)).flatmap(lambda key: st.tuples(st.just(key), BAD[key]))
+#: a valid target with none, one or two of its keys made bad (a third of them lint)
+TARGET = st.builds(lambda doc, edits: {**doc, **dict(edits)}, VALID, st.lists(MUTATION, max_size=2))
 
 
 @hostile_settings(40)
@@ -165,15 +180,16 @@ def test_random_yaml_targets_keep_the_contract(project: Path, capsys: pytest.Cap
         rc, _, err = lint(["t.yaml", "--format", "json"], project.parent, capsys)
     finally:
         target.unlink()
+    event(f"exit {rc}")
     assert (project / "victim" / "keep.txt").exists() and not (project / "pwned").exists()
     if rc != 2:
-        assert doc["model"] in ("build.py:build", "build.py:Net", "pkg.models:build"), (doc, err)
+        assert doc["model"] in GOOD_MODELS, (doc, err)
 
 
 def test_allow_list_values_are_checked() -> None:
     from shapelint.builders import parse_allow_list
 
     assert parse_allow_list(["mypkg.models", "zoo"], "pyproject.toml:3") == ["mypkg.models", "zoo"]
-    for bad in ("mypkg", ["my pkg"], [1], ["a..b"], ["shutil:rmtree"]):
+    for bad in ("mypkg", ["my pkg"], [1], ["a..b"], ["shutil:rmtree"], ["shutil"], ["os.path"], ["builtins"]):
         with pytest.raises(ShapelintError, match="pyproject.toml:3: allow-builders"):
             parse_allow_list(bad, "pyproject.toml:3")
