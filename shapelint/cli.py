@@ -227,6 +227,8 @@ def _options(flags: Settings, cfg: Config, own: set[str], dump_graph: str | None
         batch=pick("batch"),
         seq=pick("seq"),
         tp=pick("tp"),
+        compile=pick("compile"),
+        optimizer=pick("optimizer"),
         dump_graph=dump_graph,
         policy=Policy(**{key.replace("-", "_"): _or_default(getattr(fixed, key.replace("-", "_")), key)
                          for key in ("min-loss", "min-speedup", "min-step-share")}),

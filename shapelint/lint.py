@@ -38,6 +38,10 @@ class Options:
     batch: int | None = None
     seq: int | None = None
     tp: int | None = None
+    #: price the step as torch.compile runs it (None: the target's setting, else eager)
+    compile: bool | None = None
+    #: the optimizer step priced (shapelint.settings.OPTIMIZERS; None: the default, adamw)
+    optimizer: str | None = None
     dump_graph: str | None = None
     policy: Policy = field(default_factory=Policy)
 

@@ -20,8 +20,10 @@ from shapelint.errors import ShapelintError
 DTYPES = ("bf16", "fp16", "fp32", "tf32")
 #: report formats (``--format`` and the ``format`` key)
 FORMATS = ("text", "json", "sarif", "github")
+#: optimizers the step model prices (``--optimizer`` and the ``optimizer`` key)
+OPTIMIZERS = ("adamw", "adam", "sgd", "none")
 
-Kind = Literal["gpu", "dtype", "format", "positive", "number", "fraction", "bool", "codes", "per-module"]
+Kind = Literal["gpu", "dtype", "format", "optimizer", "positive", "number", "fraction", "bool", "codes", "per-module"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class Settings:
     min_loss: float | None = None
     min_step_share: float | None = None
     exit_zero: bool | None = None
+    compile: bool | None = None
+    optimizer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("min-step-share", "fraction", "report findings that save at least this fraction of the step's "
                                           "estimated GEMM time (default 0.01)", 0.01),
     Setting("exit-zero", "bool", "exit 0 even with findings (errors still exit 2)", False),
+    Setting("compile", "bool", "price the step as torch.compile (Inductor, default mode) runs it: fused "
+                               "elementwise chains, GEMMs that pad_mm pads itself (default: eager)", False),
+    Setting("optimizer", "optimizer", "the optimizer step the step model prices: adamw (fused, the default), "
+                                      "adam, sgd, or none", "adamw"),
 )
 
 BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
@@ -211,6 +219,7 @@ VALIDATORS: dict[Kind, Callable[[Any, str], Any]] = {
     "gpu": _gpu,
     "dtype": _choice(DTYPES),
     "format": _choice(FORMATS),
+    "optimizer": _choice(OPTIMIZERS),
     "positive": _positive,
     "number": _positive_number,
     "fraction": _fraction,
@@ -218,6 +227,10 @@ VALIDATORS: dict[Kind, Callable[[Any, str], Any]] = {
     "codes": _codes,
     "per-module": _per_module,
 }
+
+
+#: the choice kinds and their values (argparse's ``choices=``)
+CHOICES: dict[Kind, tuple[str, ...]] = {"dtype": DTYPES, "format": FORMATS, "optimizer": OPTIMIZERS}
 
 
 def validate(setting: Setting, value: Any, where: str) -> Any:
@@ -261,9 +274,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
             continue
         if s.kind == "bool":
             parser.add_argument(f"--{s.key}", action=argparse.BooleanOptionalAction, default=None, help=s.help)
-        elif s.kind in ("dtype", "format"):
-            parser.add_argument(f"--{s.key}", choices=DTYPES if s.kind == "dtype" else FORMATS, default=None,
-                                help=s.help)
+        elif s.kind in CHOICES:
+            parser.add_argument(f"--{s.key}", choices=CHOICES[s.kind], default=None, help=s.help)
         else:
             metavar = {"gpu": "NAME", "codes": "CODES", "number": "X", "fraction": "X"}.get(s.kind, "N")
             parser.add_argument(f"--{s.key}", type=_from_text(s), default=None, metavar=metavar, help=s.help)
