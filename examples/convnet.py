@@ -26,5 +26,5 @@ class ConvNet(nn.Module):
         return self.head(self.pool(x).flatten(1))
 
 
-def shapelint_model(batch: int = 64):
-    return ConvNet(), torch.randn(batch, 3, 64, 64)
+def shapelint_model(batch: int = 128, size: int = 224):
+    return ConvNet(), torch.randn(batch, 3, size, size)

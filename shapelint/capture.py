@@ -17,13 +17,14 @@ import os
 import sys
 import sysconfig
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator, cast
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from shapelint import autocast
 from shapelint.errors import ShapelintError
 from shapelint.gemm_shapes import (
     FUSED_ATTENTION,
@@ -32,7 +33,8 @@ from shapelint.gemm_shapes import (
     GemmShape,
     extract,
 )
-from shapelint.records import Gemm, Phase, Role, Source
+from shapelint.physics.kernels import kernel_class
+from shapelint.records import Gemm, Op, Phase, Role, Source
 
 #: the compute precisions a user can train with, and the torch dtype GEMMs run in
 PRECISIONS: dict[str, torch.dtype] = {
@@ -110,6 +112,10 @@ class Capture:
     training: bool
     precision: str
     tokens: int | None = None
+    #: every kernel-launching op of forward and backward, GEMMs and attention as markers
+    ops: list[Op] = field(default_factory=list)
+    #: parameter tensors that require grad: (element count, bytes per element) each
+    params: tuple[tuple[int, int], ...] = ()
 
     @property
     def forward(self) -> int:
@@ -189,6 +195,11 @@ class _Recorder:
         self.softmaxed: dict[int, weakref.ref[torch.Tensor]] = {}
         self.infos: dict[int, ModuleInfo] = {}
         self._kinds: dict[Any, int] = {}
+        # the op stream: (name, kernel class, backward, bytes, reads, writes, gemm count, owner,
+        # element bytes, strided)
+        self.ops: list[tuple[Any, ...]] = []
+        self._serials: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
+        self._next_serial = 0
         for path, mod in root.named_modules(remove_duplicate=True):
             self.infos[id(mod)] = ModuleInfo(
                 path or "<root>", type(mod).__name__, module_params(mod), defined_at.get(id(mod))
@@ -242,6 +253,42 @@ class _Recorder:
             for o in tensors[:1] if kind == _DROPOUT_OP else tensors:
                 self._mark(self.softmaxed, o)
 
+    def _serial(self, t: torch.Tensor, base: torch.Tensor | None = None) -> int:
+        """A tensor's serial number: a view or in-place result shares its base's."""
+        entry = self._serials.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
+        number = self._serial(base) if base is not None else self._new_serial()
+        self._serials[id(t)] = (weakref.ref(t), number)
+        return number
+
+    def _new_serial(self) -> int:
+        self._next_serial += 1
+        return self._next_serial
+
+    def _stream(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, gemms: int) -> None:
+        """Add one op to the op stream (a GEMM or attention op as a marker of ``gemms`` records)."""
+        if gemms:
+            kclass: Any = "attention" if name.startswith("fused_attention") else "gemm"
+        else:
+            kclass = kernel_class(name)
+        ins = _tensors(args) + _tensors(kwargs.values())
+        outs = _tensors(out if isinstance(out, (tuple, list)) else (out,))
+        if kclass is None:  # a view: its outputs are its input's data
+            if ins:
+                for o in outs:
+                    self._serial(o, ins[0])
+            return
+        in_place = name.endswith("_") or "out" in kwargs
+        reads = tuple((self._serial(t), _stored_bytes(t)) for t in ins)
+        writes = tuple((self._serial(o, ins[0] if in_place and ins else None), _stored_bytes(o)) for o in outs)
+        nbytes = (0 if kclass == "fill" else sum(b for _, b in reads)) + sum(b for _, b in writes)
+        widest = max((t.element_size() for t in ins + outs if t.is_floating_point()), default=2)
+        strided = kclass == "copy" and any(not t.is_contiguous() for t in ins + outs if t.dim() > 1)
+        backward = not self.stack and torch._C._current_autograd_node() is not None
+        owner = self.stack[-1].path if self.stack else ""
+        self.ops.append((name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided))
+
     # -- every op ----------------------------------------------------------
     def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         kind = self._kinds.get(func)
@@ -249,14 +296,17 @@ class _Recorder:
             kind = self._kinds[func] = _op_kind(func)
         if kind == _IGNORED:
             return
+        name = func.overloadpacket.__name__
         if kind == _GEMM:
             node = torch._C._current_autograd_node()
             # the autograd node of this op (if it made one) took the last sequence number
             seq = torch._C._autograd._get_sequence_nr() - 1
-            name = func.overloadpacket.__name__
+            before = len(self.shapes)
             self._record(name, args, kwargs, out, node, seq, node is None or bool(self.stack))
+            self._stream(name, args, kwargs, out, len(self.shapes) - before)
         else:
             self._propagate(kind, args, out)
+            self._stream(name, args, kwargs, out, 0)
 
     def _record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
                 node: Any, seq: int, in_forward: bool) -> None:
@@ -285,6 +335,19 @@ class _Recorder:
             else:
                 phase = "grad_weight"
             self.shapes.append((s, phase, owner_or_none, s.role, dtype))
+
+
+def _tensors(values: Any) -> list[torch.Tensor]:
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+def _stored_bytes(t: torch.Tensor) -> int:
+    """Bytes of the distinct elements a tensor covers (a broadcast dimension once)."""
+    n = 1
+    for size, stride in zip(t.shape, t.stride()):
+        if stride != 0:
+            n *= int(size)
+    return n * t.element_size()
 
 
 class RecordingFakeMode(FakeTensorMode):
@@ -577,11 +640,26 @@ def output_tensors(out: Any) -> list[torch.Tensor]:
     return []
 
 
+#: precisions trained as mixed precision: autocast over fp32 parameters and inputs
+AUTOCAST_PRECISIONS = frozenset({"bf16", "fp16"})
+
+
+def loss_or_outputs(out: Any) -> list[torch.Tensor]:
+    """What the step differentiates: the model's own loss where it returns one (a
+    Hugging Face model given labels), else every tensor of its output."""
+    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+    if isinstance(loss, torch.Tensor) and loss.dim() == 0:
+        return [loss]
+    return output_tensors(out)
+
+
 def to_precision(model: torch.nn.Module, inputs: Any, precision: str) -> Any:
-    """Put floating parameters, buffers and inputs in the dtype the GEMMs run in
-    (as autocast would), keeping tied parameters tied. Returns the new inputs.
-    (``Module.to`` cannot swap fake parameters, so they are replaced one by one.)"""
-    dtype = PRECISIONS[precision]
+    """Put floating parameters, buffers and inputs in the dtype the step keeps them
+    in, keeping tied parameters tied, and return the new inputs: fp32 for the
+    16-bit precisions (the default step: autocast over fp32 weights, which casts
+    each GEMM's operands), the GEMM dtype otherwise. (``Module.to`` cannot swap
+    fake parameters, so they are replaced one by one.)"""
+    dtype = torch.float32 if precision in AUTOCAST_PRECISIONS else PRECISIONS[precision]
     done: dict[int, torch.nn.Parameter] = {}
     for mod in model.modules():
         for name, p in list(mod._parameters.items()):
@@ -643,7 +721,7 @@ def capture(
             with _autocast(precision):
                 out = call_model(model, inputs)
             if training:
-                outs = [t for t in output_tensors(out) if t.requires_grad and t.is_floating_point()]
+                outs = [t for t in loss_or_outputs(out) if t.requires_grad and t.is_floating_point()]
                 if not outs:
                     raise ShapelintError(
                         "the model's output does not require grad, so there is no backward pass "
@@ -680,7 +758,13 @@ def capture(
                 extra=s.extra,
             )
         )
-    return Capture(gemms, training, precision)
+    ops, first = [], 0
+    for i, (name, kclass, backward, nbytes, reads, writes, count, owner, widest, strided) in enumerate(rec.ops):
+        indices = tuple(range(first, first + count)) if kclass in ("gemm", "attention") else ()
+        first += len(indices)
+        ops.append(Op(i, name, kclass, backward, nbytes, reads, writes, indices, owner, widest, strided))
+    params = tuple((p.numel(), p.element_size()) for p in model.parameters() if p.requires_grad)
+    return Capture(gemms, training, precision, ops=ops, params=params)
 
 
 def _autocast(precision: str) -> Any:
@@ -689,6 +773,7 @@ def _autocast(precision: str) -> Any:
     dtype = PRECISIONS[precision]
     if dtype not in (torch.bfloat16, torch.float16):
         return contextlib.nullcontext()
+    autocast.install()
     return torch.autocast("cpu", dtype=dtype)
 
 

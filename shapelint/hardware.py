@@ -24,6 +24,36 @@ DEFAULT_GPU = "h100"
 
 
 @dataclass(frozen=True)
+class StepProfile:
+    """How the rest of a training step runs on this GPU (``step:`` in ``_arch.yaml``
+    or a profile; ``docs/step-measurements.md`` has the measurements): the fraction of
+    the copy bandwidth each class of memory-bound kernel reaches, the shortest kernel,
+    the GPU's idle time between kernels, and the host time to issue one kernel."""
+
+    #: pointwise, cast, fill and contiguous copy kernels
+    elementwise_efficiency: float = 0.9
+    #: row reductions: softmax, norms, losses, sums
+    reduction_efficiency: float = 0.45
+    #: a copy that reads or writes a strided (sliced) tensor
+    strided_copy_efficiency: float = 0.55
+    #: a copy that transposes (Inductor's pad of a transposed GEMM operand)
+    transpose_copy_efficiency: float = 0.3
+    #: the fused multi-tensor optimizer kernels
+    optimizer_efficiency: float = 0.88
+    #: the shortest GPU time of any kernel, microseconds
+    min_kernel_us: float = 2.5
+    #: GPU idle time between two kernels of a GPU-bound step, microseconds
+    kernel_gap_us: float = 1.5
+    #: host time to issue one kernel of an eager step (Python, dispatch, launch), microseconds
+    host_us_per_kernel: float = 40.0
+    #: the same under torch.compile (Inductor's wrappers, autograd, the eager optimizer)
+    compile_host_us_per_kernel: float = 40.0
+
+
+STEP_KEYS = tuple(StepProfile.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
 class Hardware:
     key: str
     name: str
@@ -53,6 +83,10 @@ class Hardware:
     min_gemm_us: float = 5.0
     attention_efficiency: float = 0.5
     gemm_efficiency: float = 0.87
+    #: from _arch.yaml: the memory-bound rate of a misaligned GEMM (narrower loads) as a
+    #: fraction of the aligned one: {element bytes: {aligned bytes: fraction}}
+    misaligned_memory_efficiency: dict[int, dict[int, float]] = field(default_factory=dict)
+    step: StepProfile = field(default_factory=StepProfile)
     file: str = ""
 
     def __post_init__(self) -> None:
@@ -94,11 +128,14 @@ class Hardware:
     def align_elems(self, dtype_bytes: int) -> int:
         return max(1, self.alignment_bytes // dtype_bytes)
 
-    def misalignment_efficiency(self, dtype_bytes: int, aligned_bytes: int, output: bool = False) -> float:
+    def misalignment_efficiency(self, dtype_bytes: int, aligned_bytes: int, output: bool = False,
+                                memory: bool = False) -> float:
         """Fraction of the aligned rate a tensor-core GEMM keeps when its worst
         input (``output``: its output) pointer / leading dimension is only
-        ``aligned_bytes``-byte aligned."""
-        table = (self.misaligned_output_efficiency if output else self.misaligned_efficiency).get(dtype_bytes)
+        ``aligned_bytes``-byte aligned; ``memory``: of its memory-bound rate."""
+        tables = (self.misaligned_memory_efficiency if memory
+                  else self.misaligned_output_efficiency if output else self.misaligned_efficiency)
+        table = tables.get(dtype_bytes)
         if aligned_bytes >= self.alignment_bytes or not table:
             return 1.0
         return table.get(aligned_bytes, min(table.values()))
@@ -170,6 +207,8 @@ def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware
             min_gemm_us=float(doc.get("min_gemm_us", arch["min_gemm_us"])),
             attention_efficiency=float(doc.get("attention_efficiency", arch["attention_efficiency"])),
             gemm_efficiency=float(doc.get("gemm_efficiency", arch["gemm_efficiency"])),
+            misaligned_memory_efficiency=table("misaligned_memory_efficiency"),
+            step=StepProfile(**{k: float(v) for k, v in {**arch.get("step", {}), **(doc.get("step") or {})}.items()}),
             file=file,
         )
     except (TypeError, ValueError, AttributeError) as exc:

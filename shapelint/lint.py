@@ -22,9 +22,11 @@ from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
 from shapelint.load import DEFAULT_DTYPE, Loaded, load, token_count
 from shapelint.locate import locate_in_config
-from shapelint.price import Policy, StepEstimate, price, step_estimate
+from shapelint.price import Policy, StepEstimate, StepModel, price, step_estimate
+from shapelint.price.step import Step, StepTime
 from shapelint.records import Finding
 from shapelint.rule_api import Rule, RuleContext
+from shapelint.settings import default
 from shapelint.tp import shard
 
 
@@ -64,6 +66,10 @@ class Result:
     tp: int = 1
     #: the reporting policy this result was produced with (--verify confirms against it)
     policy: Policy = field(default_factory=Policy)
+    #: the whole training step (shapelint.price.step): before and after every finding
+    step_model: StepModel | None = field(default=None, repr=False)
+    step_time: StepTime | None = None
+    step_time_after: StepTime | None = None
 
 
 def resolve_precision(opts: Options, loaded: Loaded) -> str:
@@ -108,16 +114,22 @@ def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[
         vocab_sizes=vocab_sizes(loaded.model),
         tp=tp,
     )
-    findings = price(run_rules(rules, cap.gemms, hw, ctx), cap.gemms, hw, opts.policy)
+    compiled = opts.compile if opts.compile is not None else bool(loaded.settings.get("compile", False))
+    model = StepModel(Step(cap.gemms, cap.ops, cap.params, training), hw, "compile" if compiled else "eager",
+                      opts.optimizer or str(default("optimizer")))
+    findings = price(run_rules(rules, cap.gemms, hw, ctx), cap.gemms, hw, opts.policy, on=model)
     if loaded.config_file:
         findings = [locate_in_config(f, loaded.config_keys, loaded.config_file) for f in findings]
     step = step_estimate(cap.gemms, findings, hw)
     return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file,
-                  tp=tp, policy=opts.policy)
+                  tp=tp, policy=opts.policy, step_model=model, step_time=model.before,
+                  step_time_after=model.after(findings))
 
 
 def with_findings(result: Result, findings: list[Finding]) -> Result:
-    return replace(result, findings=findings, step=step_estimate(result.capture.gemms, findings, result.hardware))
+    after = result.step_model.after(findings) if result.step_model else None
+    return replace(result, findings=findings, step=step_estimate(result.capture.gemms, findings, result.hardware),
+                   step_time_after=after)
 
 
 __all__ = ["Options", "Result", "lint_target", "with_findings"]

@@ -506,7 +506,7 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
     except Exception as exc:  # noqa: BLE001 - transformers validates configs on construction
         raise ShapelintError(f"{where}: transformers rejects this config: {_one_line(exc)}") from exc
     defined_at: dict[int, Source] = {}
-    with construction_sites(defined_at), torch.device("meta"), _default_dtype(dtype):
+    with construction_sites(defined_at), torch.device("meta"):
         model = _hf_model(transformers, config, where)
     _unpacked_sequences(model)
     mode = RecordingFakeMode()
@@ -533,7 +533,11 @@ def _hf_model(transformers: Any, config: Any, where: str) -> torch.nn.Module:
             try:
                 with _no_init_weights(transformers):  # fake weights need no initial values
                     build = cls.from_config if hasattr(cls, "from_config") else cls._from_config
-                    return build(config, attn_implementation=impl)
+                    model = build(config, attn_implementation=impl)
+                tie = getattr(model, "tie_weights", None)
+                if callable(tie):  # skipped with the initialisation; the optimizer sees tied weights once
+                    tie()
+                return model
             except ValueError as exc:  # no such attention implementation, or not this auto class's config
                 refusals.append(exc)
             except Exception as exc:  # noqa: BLE001
@@ -571,23 +575,6 @@ def _unpacked_sequences(model: torch.nn.Module) -> None:
 
 def _no_packing(position_ids: torch.Tensor) -> None:
     return None
-
-
-@contextlib.contextmanager
-def _default_dtype(precision: str | None) -> Iterator[None]:
-    """Build in the 16-bit compute dtype directly (what capture would cast to)."""
-    from shapelint.capture import PRECISIONS
-
-    dtype = PRECISIONS.get(precision or "")
-    if dtype not in (torch.bfloat16, torch.float16):
-        yield
-        return
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
 
 
 def _no_init_weights(transformers: Any) -> Any:
@@ -654,6 +641,9 @@ def _audio(config: Any, batch: int, seq: int | None) -> torch.Tensor:
     return torch.randn(batch, (seq or DEFAULT_SEQ) * stride)
 
 
+#: model classes whose loss is over token labels shaped like their (decoder) input ids
+LANGUAGE_MODEL_HEADS = ("ForCausalLM", "ForMaskedLM", "LMHeadModel", "ForConditionalGeneration")
+
 _MODALITIES: dict[str, Callable[[Any, int, int | None], torch.Tensor]] = {
     "input_ids": _token_ids,
     "pixel_values": _pixels,
@@ -676,6 +666,9 @@ def _hf_inputs(model: torch.nn.Module, config: Any, where: str, batch: int, seq:
         inputs["pixel_values"] = _pixels(config, batch, seq)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
         inputs["decoder_input_ids"] = _token_ids(config, batch, seq, decoder=True)
+    if "labels" in params and type(model).__name__.endswith(LANGUAGE_MODEL_HEADS):
+        # the step trains on the model's own loss: labels are the (decoder) tokens
+        inputs["labels"] = inputs.get("decoder_input_ids", inputs.get("input_ids"))
     if "use_cache" in params:
         inputs["use_cache"] = False
     return inputs

@@ -20,7 +20,7 @@ EFFICIENCIES = ("achievable", "attention_misaligned_efficiency", "conv_transpose
 #: typical model GEMMs measured against the 8192³ peak: slightly above 1 is possible
 GEMM_EFFICIENCY_MAX = 1.5
 #: the efficiency tables, ``{element bytes: {aligned bytes: fraction}}``
-TABLES = ("misaligned_efficiency", "misaligned_output_efficiency")
+TABLES = ("misaligned_efficiency", "misaligned_output_efficiency", "misaligned_memory_efficiency")
 #: larger than any GPU: a typo, not a GPU
 MAX_SMS = 100_000
 
@@ -137,6 +137,20 @@ def _min_gemm_us(value: Any, what: str) -> None:
         raise ShapelintError(f"{what} must not be negative, got {show(value)}")
 
 
+def _step(value: Any, what: str) -> None:
+    from shapelint.hardware import STEP_KEYS
+
+    if not isinstance(value, dict):
+        raise ShapelintError(f"{what} must be a mapping, got {show(value)}")
+    for key, x in value.items():
+        if key not in STEP_KEYS:
+            raise ShapelintError(f"{what}: unknown key {key!r} (known: {', '.join(STEP_KEYS)})")
+        if key.endswith("_efficiency"):
+            fraction(x, f"{what}.{key}")
+        elif number(x, f"{what}.{key}") < 0:
+            raise ShapelintError(f"{what}.{key} must not be negative, got {show(x)}")
+
+
 def _conv_table(value: Any, what: str) -> None:
     if value is None:
         return
@@ -177,6 +191,7 @@ _CHECKS: dict[str, Callable[[Any, str], None]] = {
     "conv_misaligned_efficiency": _conv_table,
     "min_gemm_us": _min_gemm_us,
     "gemm_efficiency": _gemm_efficiency,
+    "step": _step,
 }
 
 

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from shapelint.physics.kernels import KernelClass
+
 Phase = Literal["forward", "grad_input", "grad_weight", "recompute"]
 #: what a GEMM is known to be: a fused attention kernel's score-producing (QKᵀ, dP) or
 #: score-reading GEMM, a convolution's implicit GEMM, a matmul fed by a softmax
@@ -99,6 +101,33 @@ class Source:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel-launching op of the step other than a GEMM, or a marker for a GEMM
+    or attention op (``gemms``: the indices of its `Gemm` records), in execution order.
+
+    ``bytes`` is what the op reads and writes, each tensor once (a broadcast input
+    once per distinct element). ``reads`` and ``writes`` are (serial number, bytes) of
+    the tensors it touches (a view shares its base's number), so that the step model can
+    tell which intermediate results a fused kernel would keep on chip. ``backward``
+    is True for the ops autograd runs; ``owner`` the module whose forward made the op
+    (or its gradient)."""
+
+    index: int
+    name: str
+    kind: KernelClass
+    backward: bool
+    bytes: int
+    reads: tuple[tuple[int, int], ...] = ()
+    writes: tuple[tuple[int, int], ...] = ()
+    gemms: tuple[int, ...] = ()
+    owner: str = ""
+    #: bytes per element of the widest tensor (dtype of the work: 4 for fp32 math)
+    element_bytes: int = 2
+    #: a copy that reads or writes a non-contiguous (strided) tensor
+    strided: bool = False
 
 
 @dataclass(frozen=True)
@@ -234,6 +263,20 @@ class Change:
     message: str
     facts: Facts = ()
     added: Work = Work()
+    #: tensors the change pads and the step must slice back (a side cost on the step)
+    slices: tuple[Slice, ...] = ()
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A tensor padded to ``padded`` columns and sliced back to ``cols`` every step
+    (``[rows, padded]`` logits of a padded vocabulary): the forward reads the slice
+    strided, and the backward writes its gradient into a zero-filled padded tensor."""
+
+    rows: int
+    cols: int
+    padded: int
+    element_bytes: int
 
 
 @dataclass(frozen=True)
@@ -332,6 +375,13 @@ class Finding:
     suppressed: bool = False
     #: the covered GEMMs as they would be after the suggestion (for --verify)
     after: tuple[Gemm, ...] = field(default=(), compare=False, repr=False)
+    slices: tuple[Slice, ...] = ()
+    #: what the change saves on the whole training step, ms (``shapelint.price.step``)
+    step_ms_saved: float | None = None
+    #: the step's estimated time, for the share this finding saves
+    step_ms: float | None = None
+    #: why the step saving differs from the GEMM saving (Inductor pads it; the host is the bound)
+    step_note: str = ""
 
     @property
     def est_speedup(self) -> float | None:
@@ -340,6 +390,19 @@ class Finding:
     @property
     def saved_ms(self) -> float:
         return self.est_ms - self.est_ms_after
+
+    @property
+    def step_share(self) -> float | None:
+        """The share of the training step this finding saves."""
+        if self.step_ms_saved is None or not self.step_ms:
+            return None
+        return self.step_ms_saved / self.step_ms
+
+    @property
+    def step_speedup(self) -> float | None:
+        if self.step_ms_saved is None or not self.step_ms or self.step_ms <= self.step_ms_saved:
+            return None
+        return self.step_ms / (self.step_ms - self.step_ms_saved)
 
     def fact(self, key: str, default: object = None) -> object:
         return dict(self.facts).get(key, default)
@@ -368,6 +431,11 @@ class Finding:
             "gemms": list(self.gemms),
             "details": details,
         }
+        if self.step_ms_saved is not None:
+            out["step_ms_saved"] = _round(self.step_ms_saved)
+            out["step_share"] = _round(self.step_share)
+            if self.step_note:
+                out["step_note"] = self.step_note
         if self.measured_speedup is not None:
             out["measured_speedup"] = _round(self.measured_speedup)
         if self.suppressed:

@@ -48,7 +48,7 @@ def test_gpt2_small_flags_the_lm_head_only(gpt2_config: str, capsys) -> None:
 
 def test_tensor_parallel_pads_the_vocab_for_each_gpu(gpt2_config: str, capsys) -> None:
     # (tp 8 does not divide GPT-2's 12 heads: refused, see tests/test_models_tp.py)
-    _, doc = lint_json(capsys, gpt2_config, "--gpu", "h200", "--batch", "2", "--seq", "512", "--tp", "4")
+    _, doc = lint_json(capsys, gpt2_config, "--gpu", "h200", "--batch", "8", "--seq", "1024", "--tp", "4")
     (f,) = [x for x in doc["findings"] if x["code"] == "SL501"]
     to = f["suggestion"]["to"]
     assert to % 4 == 0 and (to // 4) % 8 == 0  # divisible by tp, and each shard aligned

@@ -46,7 +46,7 @@ def test_convnet_example_pads_conv1_and_conv2() -> None:
     sys.path.insert(0, str(EXAMPLES))
     import convnet
 
-    cap, fs = run(lambda: convnet.shapelint_model(64))
+    cap, fs = run(lambda: convnet.shapelint_model(64, 64))
     f1, f2 = sorted(fs, key=lambda f: f.module)  # the stem's 3 input channels are the exception
     assert [(f.code, f.module, f.severity) for f in (f1, f2)] == [("SL401", "conv1", "warning"),
                                                                    ("SL401", "conv2", "warning")]
@@ -72,7 +72,7 @@ def test_convnet_example_pads_conv1_and_conv2() -> None:
     # padding measured 1.28x (conv1) and 1.29x (conv2) on an H200, NCHW, forward + backward
     assert 1.15 < f1.est_speedup < 1.45 and 1.15 < f2.est_speedup < 1.45
     # with every gain reported: the same two; the stem's 3 input channels never
-    _, every = run(lambda: convnet.shapelint_model(64), policy=EVERYTHING)
+    _, every = run(lambda: convnet.shapelint_model(64, 64), policy=EVERYTHING)
     assert {x.module for x in every} == {"conv1", "conv2"}
     assert all(x.suggestion.from_ != 3 for x in every)
 

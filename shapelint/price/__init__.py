@@ -11,9 +11,12 @@ The reporting policy (``Policy``), in one place:
    own error (about 10% per GEMM against measurements) can flip the sign.
 3. Repeated layers (``h.0.mlp``, ``h.1.mlp``...) with the same proposal are grouped
    into one finding; a group is reported only when it saves at least
-   ``min_step_share`` (1%) of the step's estimated GEMM time: advice worth less than
-   that is not worth a user's time. When two rules propose the same change on the
-   same modules, the larger saving is kept.
+   ``min_step_share`` (1%) of the training step's estimated time
+   (``shapelint.price.step``: the whole step, eager or compiled, side costs
+   included; GPU time where the host bounds the step, since that saving shows once
+   the step is GPU-bound). Without a step model (``price`` alone) the share is of
+   the step's GEMM time. Advice worth less than that is not worth a user's time.
+   When two rules propose the same change on the same modules, the larger saving is kept.
 4. Severity is the rule's, lowered from error to warning when the speedup on the
    covered work is below ``error_speedup`` (1.25x).
 
@@ -29,6 +32,7 @@ from dataclasses import dataclass, replace
 from shapelint.hardware import Hardware
 from shapelint.physics.reshape import candidates, smaller
 from shapelint.price.gemm import gemm_ms, work_ms
+from shapelint.price.step import Mode, Step, StepTime, pad_mm_padded, side_ms, step_time
 from shapelint.records import (
     Alternative,
     Change,
@@ -36,6 +40,7 @@ from shapelint.records import (
     Gemm,
     Proposal,
     SizeSearch,
+    Slice,
     Work,
 )
 
@@ -71,12 +76,57 @@ class StepEstimate:
 
 
 def price(proposals: Iterable[Proposal], gemms: Sequence[Gemm], hw: Hardware,
-          policy: Policy = Policy()) -> list[Finding]:
-    """The findings the policy keeps, grouped over repeated layers, ranked by saving."""
+          policy: Policy = Policy(), on: StepModel | None = None) -> list[Finding]:
+    """The findings the policy keeps, grouped over repeated layers, ranked by saving:
+    on the training step ``on`` when given (each finding carries its step saving),
+    else on the step's GEMMs."""
     priced = [f for p in proposals if (f := price_one(p, hw, policy)) is not None]
+    found = _deduplicated(group(priced))
+    if on is not None:
+        stepped = [on.priced(f) for f in found]
+        kept = [f for f, gpu_saved in stepped if gpu_saved >= policy.min_step_share * on.before.ms]
+        return sorted(kept, key=lambda f: (-(f.step_ms_saved or 0.0), -f.saved_ms))
     step_ms = sum(gemm_ms(g, hw) for g in gemms)
-    kept = [f for f in _deduplicated(group(priced)) if f.saved_ms >= policy.min_step_share * step_ms]
+    kept = [f for f in found if f.saved_ms >= policy.min_step_share * step_ms]
     return sorted(kept, key=lambda f: -f.saved_ms)
+
+
+class StepModel:
+    """The training step a finding is priced on (``shapelint.price.step``)."""
+
+    def __init__(self, step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw") -> None:
+        self.step, self.hw, self.mode, self.optimizer = step, hw, mode, optimizer
+        self.before = step_time(step, hw, mode, optimizer)
+
+    def after(self, findings: Iterable[Finding]) -> StepTime:
+        """The step with every given (unsuppressed) finding applied; a GEMM two findings
+        cover counts once, at the better after-time."""
+        times: dict[int, float] = {}
+        slices: dict[Slice, None] = {}
+        for f in findings:
+            if f.suppressed or f.gain == "throughput":
+                continue
+            for i, ms in zip(f.gemms, f.gemm_ms_after):
+                times[i] = min(times.get(i, ms), ms)
+            slices.update(dict.fromkeys(f.slices))
+        extra = side_ms(slices, self.hw, self.mode, self.step.training)
+        return step_time(self.step, self.hw, self.mode, self.optimizer, times, extra)
+
+    def priced(self, f: Finding) -> tuple[Finding, float]:
+        """``f`` with its step saving, and the GPU time it saves (the policy's measure)."""
+        if f.gain == "throughput":
+            return replace(f, step_ms=self.before.ms, step_ms_saved=None), f.saved_ms
+        after = self.after([f])
+        gpu_saved = self.before.gpu_ms - after.gpu_ms
+        note = ""
+        if self.mode == "compile" and any(pad_mm_padded(self.step.gemms[i], self.hw) for i in f.gemms
+                                          if i < len(self.step.gemms)):
+            note = "under torch.compile, Inductor's pad_mm pads these GEMMs itself; this is what remains"
+        elif after.bound == "host" and gpu_saved > 0:
+            note = (f"the step is bound by the host issuing its {self.before.kernels} kernels "
+                    f"({self.before.host_ms:.1f} ms); this saves {gpu_saved:.2f} ms of GPU time, which shows "
+                    "once the step is GPU-bound (torch.compile, CUDA graphs, a larger batch)")
+        return replace(f, step_ms=self.before.ms, step_ms_saved=self.before.ms - after.ms, step_note=note), gpu_saved
 
 
 def price_one(p: Proposal, hw: Hardware, policy: Policy = Policy()) -> Finding | None:
@@ -123,6 +173,7 @@ def price_one(p: Proposal, hw: Hardware, policy: Policy = Policy()) -> Finding |
         facts=tuple(facts.items()),
         alternatives=_alternatives(p, sizes, before_ms, hw, policy),
         after=change.after,
+        slices=change.slices,
     )
 
 
@@ -211,6 +262,7 @@ def group(findings: Sequence[Finding]) -> list[Finding]:
             est_ms=sum(m.est_ms for m in members),
             est_ms_after=sum(m.est_ms_after for m in members),
             gemm_ms_after=tuple(x for m in members for x in m.gemm_ms_after),
+            slices=tuple(dict.fromkeys(x for m in members for x in m.slices)),
         ))
     return out
 

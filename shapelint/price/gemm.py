@@ -3,7 +3,7 @@
 Per GEMM (all numbers from the profile):
 
     compute = flops / (peak(dtype) · alignment · tile · wave)
-    memory  = min_bytes / (bandwidth · memory_efficiency)
+    memory  = min_bytes / (bandwidth · memory_efficiency · misaligned_memory_efficiency)
     time    = max(compute, memory, min_gemm) + copies
 
 - ``peak(dtype)``: the rate a large aligned GEMM reaches (measured or datasheet x
@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from shapelint.hardware import Hardware
-from shapelint.physics.alignment import input_alignment, is_aligned, output_alignment
+from shapelint.physics.alignment import gemm_alignment, input_alignment, is_aligned, output_alignment
 from shapelint.physics.attention import is_fused
 from shapelint.physics.quantization import quantization
 from shapelint.records import ATTN_ROLES, Gemm, Work
@@ -110,6 +110,8 @@ def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
         memory /= align
         copies = g.copy_bytes / (hw.bandwidth * hw.conv_transpose_efficiency)
     else:
+        if align < 1 and g.role not in ATTN_ROLES:  # narrower vector loads: the memory-bound rate falls too
+            memory /= hw.misalignment_efficiency(g.dtype_bytes, gemm_alignment(g, hw), memory=True)
         copies = g.copy_bytes / bw
     seconds = max(compute, memory, hw.min_gemm_us * 1e-6) + copies
     return GemmTime(seconds, compute, memory, align, q.tile, q.wave)

@@ -32,6 +32,21 @@ def summary(r: Result) -> dict[str, Any]:
         "est_scope": "GEMMs only",
         "findings": sum(1 for f in r.findings if not f.suppressed),
         "suppressed": sum(1 for f in r.findings if f.suppressed),
+        **_step(r),
+    }
+
+
+def _step(r: Result) -> dict[str, Any]:
+    """The whole-step estimate: ``step_ms``, ``step_ms_after``, ``step_speedup``, ``mode``."""
+    before, after = r.step_time, r.step_time_after
+    if before is None or after is None:
+        return {}
+    return {
+        "step_ms": round(before.ms, 4),
+        "step_ms_after": round(after.ms, 4),
+        "step_speedup": round(before.ms / after.ms, 4) if after.ms else 1.0,
+        "mode": before.mode,
+        "step": before.to_json(),
     }
 
 
@@ -66,6 +81,12 @@ def document(results: Sequence[Result], *, show_suppressed: bool = False) -> dic
             "findings": sum(s["findings"] for s in per),
             "suppressed": sum(s["suppressed"] for s in per),
         }
+        if all("step_ms" in s for s in per):
+            step, step_after = sum(s["step_ms"] for s in per), sum(s["step_ms_after"] for s in per)
+            modes = {s["mode"] for s in per}
+            total.update(step_ms=round(step, 4), step_ms_after=round(step_after, 4),
+                         step_speedup=round(step / step_after, 4) if step_after else 1.0,
+                         mode=modes.pop() if len(modes) == 1 else "mixed")
     return {"version": __version__, "gemms": gemms, "findings": findings, "summary": total, "targets": per}
 
 

@@ -36,6 +36,23 @@ def _header(console: Console, r: Result) -> None:
     console.print(f"  {gemm_count_line(r)}")
 
 
+def step_line(r: Result) -> str:
+    """``training step (est., h100-sxm, eager): 63.4 ms → 52.1 ms (1.22×)``."""
+    before, after = r.step_time, r.step_time_after
+    if before is None or after is None:
+        return f"GEMM time per step (est., {r.hardware.key}): {r.step.ms:.3f} ms (GEMMs only)"
+    what = "training step" if r.training else "inference step"
+    bound = ", host-bound" if before.bound == "host" else ""
+    speedup = before.ms / after.ms if after.ms else 1.0
+    return (f"{what} (est., {r.hardware.key}, {before.mode}{bound}): {before.ms:.1f} ms → {after.ms:.1f} ms "
+            f"({speedup:.2f}×); GEMMs {100 * before.gemm_share:.0f}% of it")
+
+
+def gemm_line(r: Result) -> str:
+    return (f"GEMMs alone (est.): {r.step.ms:.3f} ms → {r.step.ms_after:.3f} ms per step "
+            f"({r.step.speedup:.2f}× on the GEMMs, not the step)")
+
+
 def _finding(console: Console, f: Finding) -> None:
     where = f" {f.source}" if f.source else ""
     sev = Text(f"{f.severity:7}", style=SEVERITY_STYLE.get(f.severity, ""))
@@ -55,6 +72,11 @@ def _finding(console: Console, f: Finding) -> None:
         else:
             what = f"on these GEMMs ({f.est_ms:.3f} ms → {f.est_ms_after:.3f} ms per step)"
         console.print(f"      est. {f.est_speedup:.2f}× {what}{extra}", highlight=False)
+    if f.step_ms_saved is not None and f.step_share is not None:
+        console.print(f"      saves {f.step_ms_saved:.2f} ms per training step ({100 * f.step_share:.1f}% of it, "
+                      f"est. {f.step_speedup or 1.0:.3f}× per step)", highlight=False)
+        if f.step_note:
+            console.print(f"      {f.step_note}", style="dim", highlight=False)
     for alt in f.alternatives:
         console.print(Text.assemble("      or: ", (str(alt.suggestion), "green"),
                                     f" ({alt.note}): est. {alt.est_speedup:.2f}×"), highlight=False)
@@ -104,11 +126,8 @@ def render(results: Sequence[Result], out: IO[str], *, verbose: bool = False, co
                 _finding(console, f)
         n = sum(1 for f in r.findings if not f.suppressed)
         verdict = f"{n} finding{'s' if n != 1 else ''}" if n else "no findings"
-        console.print(
-            f"  {verdict}; GEMM time per step (est., {r.hardware.key}): {r.step.ms:.3f} ms → "
-            f"{r.step.ms_after:.3f} ms ({r.step.speedup:.2f}×, GEMMs only)",
-            highlight=False,
-        )
+        console.print(f"  {verdict}; {step_line(r)}", highlight=False)
+        console.print(f"  {gemm_line(r)}", style="dim", highlight=False)
         console.print()
 
 

@@ -1,0 +1,76 @@
+"""Which GPU kernel an aten op launches in an eager step, by class.
+
+The step model (``shapelint.price.step``) prices every op of the step that launches
+a kernel: GEMMs and attention by ``shapelint.price.gemm``, the rest by the bytes they
+move at the bandwidth of their class. This module says, once, which ops launch
+nothing (views, metadata, allocation), which are row reductions (softmax, norms,
+losses: slower per byte than pointwise kernels), which only write (fills), and which
+copy; everything else is a pointwise kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+#: what a launched kernel does: GEMM and attention kernels are timed by the GEMM model
+KernelClass = Literal["gemm", "attention", "pointwise", "reduction", "copy", "fill", "optimizer"]
+
+#: ops that launch no kernel: views, metadata, allocation without initialisation
+NO_KERNEL: frozenset[str] = frozenset({
+    "t", "transpose", "permute", "view", "_unsafe_view", "reshape", "expand", "alias", "detach",
+    "slice", "select", "unsqueeze", "squeeze", "as_strided", "_reshape_alias", "split", "chunk",
+    "unbind", "narrow", "split_with_sizes", "numpy_T", "mT", "_conj", "lift_fresh", "view_as",
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "_local_scalar_dense",
+    "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "device", "is_same_size", "set_",
+    "resize_", "_has_compatible_shallow_copy_type", "is_nonzero", "_assert_async", "unfold",
+    "_assert_tensor_metadata", "diagonal", "movedim", "swapaxes", "expand_as", "_neg_view",
+    "real", "imag", "view_as_real", "view_as_complex", "as_strided_", "squeeze_", "unsqueeze_",
+    "t_", "transpose_", "_nested_view_from_buffer", "_values", "_indices", "alias_copy",
+})
+
+#: ops that write memory without reading any
+FILL: frozenset[str] = frozenset({
+    "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "fill_", "zero_", "new_zeros",
+    "new_ones", "new_full", "scalar_tensor", "arange", "randn", "rand", "randint", "randn_like",
+    "rand_like", "bernoulli_", "uniform_", "normal_", "linspace", "eye", "tril_indices", "triu_indices",
+})
+
+#: ops that copy (or cast) their input
+COPY: frozenset[str] = frozenset({
+    "_to_copy", "clone", "copy_", "contiguous", "_copy_from", "_copy_from_and_resize", "lift_fresh_copy",
+    "constant_pad_nd", "cat", "stack", "slice_backward", "select_backward", "index_select", "gather",
+    "embedding", "repeat", "roll", "flip", "tril", "triu", "masked_fill", "where", "index",
+    "_unsafe_index", "slice_scatter", "select_scatter", "as_strided_scatter",
+})
+
+#: row reductions: softmax, normalisations, losses, sums
+REDUCTION: frozenset[str] = frozenset({
+    "sum", "mean", "amax", "amin", "max", "min", "var_mean", "var", "std", "norm", "linalg_vector_norm",
+    "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "logsumexp",
+    "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward",
+    "native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
+    "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training",
+    "_fused_rms_norm", "_fused_rms_norm_backward", "nll_loss_forward", "nll_loss_backward",
+    "nll_loss2d_forward", "nll_loss2d_backward", "embedding_dense_backward", "cumsum", "cumprod",
+    "argmax", "argmin", "topk", "sort", "index_add", "scatter_add", "index_put", "_index_put_impl_",
+    "scatter", "scatter_reduce", "all", "any", "prod", "mse_loss", "mse_loss_backward",
+    "binary_cross_entropy_with_logits", "smooth_l1_loss", "huber_loss", "l1_loss",
+    "avg_pool2d", "avg_pool2d_backward", "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
+    "adaptive_avg_pool2d", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "upsample_nearest2d",
+    "upsample_bilinear2d", "upsample_nearest2d_backward", "upsample_bilinear2d_backward",
+    "nonzero", "unique", "_unique2", "bincount", "histc",
+})
+
+
+def kernel_class(name: str) -> KernelClass | None:
+    """The class of kernel an aten op (by its overload packet's name) launches, or
+    None when it launches none. GEMMs and attention are recognised by capture."""
+    if name in NO_KERNEL:
+        return None
+    if name in FILL:
+        return "fill"
+    if name in COPY:
+        return "copy"
+    if name in REDUCTION:
+        return "reduction"
+    return "pointwise"

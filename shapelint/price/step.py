@@ -1,0 +1,312 @@
+"""The whole training step: every kernel of forward, backward and the optimizer,
+priced on a GPU profile, in eager mode or as ``torch.compile`` runs it.
+
+The default step (what the H100 measurements in ``docs/step-measurements.md`` ran):
+bf16 autocast over fp32 weights, the model's own loss, ``loss.backward()``, fused
+AdamW, ``zero_grad(set_to_none=True)``. Per kernel, from the profile (``Hardware``
+and its ``step`` table):
+
+    GEMM, attention   shapelint.price.gemm (one kernel per op)
+    memory-bound op   max(bytes / (bandwidth · efficiency of its class), min_kernel_us)
+    optimizer         passes · parameter bytes / (bandwidth · optimizer_efficiency),
+                      in ceil(tensors / 36) or ceil(elements / (65536 · 320)) launches
+    GPU time          kernel time + kernels · kernel_gap_us
+    host time         kernels · host_us_per_kernel   (the CPU issuing the step)
+    step              max(GPU time, host time)
+
+**torch.compile** (Inductor, default mode; read from ``torch/_inductor/fx_passes/
+pad_mm.py`` of torch 2.11–2.13): the memory-bound ops between two GEMM or attention
+kernels of one pass fuse into kernels that read what comes from outside the run and
+write what is read outside it (one kernel, plus one per reduction); ``pad_mm`` pads a
+GEMM (``mm``, ``addmm``, ``bmm``) whose M, K or N is not a multiple of 8 (bf16/fp16)
+or 4 (fp32) when it is compute-bound by its own test and the padded GEMM with its pad
+copies benchmarks more than 1.1x faster, and then runs the padded one. The optimizer
+stays eager, as ``torch.compile(model)`` leaves it. Attention is the kernel capture
+recorded for eager; Hugging Face models that build an explicit mask only under
+compile can run a slower one (``docs/step-measurements.md``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from shapelint.hardware import Hardware
+from shapelint.physics.reshape import set_dim
+from shapelint.price.gemm import gemm_ms
+from shapelint.records import DTYPE_BYTES, Gemm, Op, Slice
+
+Mode = Literal["eager", "compile"]
+MODES: tuple[Mode, ...] = ("eager", "compile")
+
+#: passes over each parameter's bytes an optimizer step makes (reads + writes):
+#: AdamW reads param, grad, exp_avg, exp_avg_sq and writes param, exp_avg, exp_avg_sq
+OPTIMIZER_PASSES: dict[str, int] = {"adamw": 7, "adam": 7, "sgd": 3, "none": 0}
+#: multi_tensor_apply (aten/src/ATen/native/cuda/MultiTensorApply.cuh): tensors per
+#: launch at depth 4, elements per chunk, chunks (blocks) per launch
+MULTI_TENSOR_TENSORS = 36
+MULTI_TENSOR_CHUNK = 65536
+MULTI_TENSOR_BLOCKS = 320
+
+#: pad_mm: the alignment (elements) it pads M, K, N to, per element size
+PAD_MM_ALIGN: dict[int, int] = {2: 8, 4: 4}
+#: pad_mm pads when the original benchmarks slower than this times the padded one
+PAD_MM_MARGIN = 1.1
+#: pad_mm's machine balance is halved ("dram_gbps might be underestimating bandwidth")
+PAD_MM_BALANCE = 0.5
+#: the GEMM ops pad_mm matches
+PAD_MM_OPS = ("mm", "addmm", "bmm")
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One training step's estimate: ``ms`` is the step, the larger of the GPU time
+    and the host time to issue its kernels."""
+
+    ms: float
+    gpu_ms: float
+    host_ms: float
+    gemm_ms: float
+    kernels: int
+    mode: Mode
+    #: kernel time per class (gemm, attention, pointwise, reduction, copy, fill, fused, optimizer)
+    by_class: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def bound(self) -> str:
+        return "host" if self.host_ms > self.gpu_ms else "gpu"
+
+    @property
+    def gemm_share(self) -> float:
+        return self.gemm_ms / self.ms if self.ms else 0.0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "step_ms": round(self.ms, 4), "gpu_ms": round(self.gpu_ms, 4), "host_ms": round(self.host_ms, 4),
+            "gemm_ms": round(self.gemm_ms, 4), "kernels": self.kernels, "mode": self.mode, "bound": self.bound,
+            "by_class": {k: round(v, 4) for k, v in self.by_class},
+        }
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the step model needs from a capture."""
+
+    gemms: Sequence[Gemm]
+    ops: Sequence[Op]
+    #: (element count, bytes per element) of each trained parameter
+    params: Sequence[tuple[int, int]]
+    training: bool = True
+
+
+# -- kernels ---------------------------------------------------------------------------
+
+
+def memory_kernel_ms(nbytes: float, efficiency: float, hw: Hardware) -> float:
+    """One memory-bound kernel moving ``nbytes`` at ``efficiency`` of the datasheet bandwidth."""
+    seconds = nbytes / (hw.memory_bandwidth_gbps * 1e9 * efficiency)
+    return 1e3 * max(seconds, hw.step.min_kernel_us * 1e-6)
+
+
+def op_ms(op: Op, hw: Hardware) -> float:
+    """An eager memory-bound op (not a GEMM or attention)."""
+    s = hw.step
+    if op.kind == "reduction":
+        eff = s.reduction_efficiency
+    elif op.kind == "copy" and op.strided:
+        eff = s.strided_copy_efficiency
+    else:
+        eff = s.elementwise_efficiency
+    return memory_kernel_ms(op.bytes, eff, hw)
+
+
+def optimizer_ms(params: Sequence[tuple[int, int]], optimizer: str, hw: Hardware) -> tuple[float, int]:
+    """(time, launches) of the optimizer step over ``params``."""
+    passes = OPTIMIZER_PASSES[optimizer]
+    if not passes or not params:
+        return 0.0, 0
+    nbytes = passes * sum(n * b for n, b in params)
+    chunks = sum(math.ceil(n / MULTI_TENSOR_CHUNK) for n, _ in params)
+    launches = max(math.ceil(len(params) / MULTI_TENSOR_TENSORS), math.ceil(chunks / MULTI_TENSOR_BLOCKS))
+    seconds = nbytes / (hw.memory_bandwidth_gbps * 1e9 * hw.step.optimizer_efficiency)
+    return 1e3 * seconds, launches
+
+
+# -- torch.compile: pad_mm --------------------------------------------------------------
+
+
+def pad_mm_padded(g: Gemm, hw: Hardware) -> tuple[Gemm, float] | None:
+    """The GEMM Inductor's pad_mm would run instead of ``g`` (padded, and the ms of its
+    pad copies), or None when it leaves ``g`` as it is."""
+    align = PAD_MM_ALIGN.get(g.dtype_bytes)
+    if align is None or g.op.split(".")[0] not in PAD_MM_OPS or g.role not in ("", "after_softmax"):
+        return None
+    pads = {axis: -getattr(g, axis) % align for axis in ("m", "k", "n")}
+    if not any(pads.values()) or not _compute_bound(g, hw):
+        return None
+    padded = g
+    for axis, extra in pads.items():
+        if extra:
+            padded = set_dim(padded, axis, getattr(g, axis) + extra)
+    copies = 0.0
+    for op, axes in ((g.a, ("m", "k")), (g.b, ("k", "n"))):
+        if any(pads[a] for a in axes):
+            eff = hw.step.transpose_copy_efficiency if op.transposed else hw.step.elementwise_efficiency
+            copies += memory_kernel_ms(2 * op.rows * op.cols * g.batch * g.dtype_bytes, eff, hw)
+    if gemm_ms(g, hw) <= PAD_MM_MARGIN * (gemm_ms(padded, hw) + copies):
+        return None
+    return padded, copies
+
+
+def _compute_bound(g: Gemm, hw: Hardware) -> bool:
+    """pad_mm's ``is_mm_compute_bound``: arithmetic intensity above half the machine balance."""
+    m, k, n = g.m, g.k, g.n
+    intensity = m * n * k / max(1, m * k + n * k + m * n)
+    tflops = hw.tensor_tflops.get(g.dtype, hw.fp32_tflops)
+    return intensity > PAD_MM_BALANCE * 1000 * tflops / hw.memory_bandwidth_gbps
+
+
+def compiled_gemm_ms(g: Gemm, hw: Hardware) -> float:
+    """A GEMM's time in a compiled step: padded by pad_mm where it pads it."""
+    padded = pad_mm_padded(g, hw)
+    if padded is None:
+        return gemm_ms(g, hw)
+    return gemm_ms(padded[0], hw) + padded[1]
+
+
+# -- torch.compile: fusion --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fused:
+    """A run of memory-bound ops between two GEMM/attention kernels of one pass, as
+    Inductor fuses it: the bytes it must still read and write, and its kernels."""
+
+    ops: tuple[int, ...]
+    bytes: int
+    kernels: int
+    reductions: int
+
+
+def fused_regions(ops: Sequence[Op]) -> list[Fused]:
+    """Group the memory-bound ops of ``ops`` into Inductor's fused kernels."""
+    readers: dict[int, set[int]] = {}
+    for op in ops:
+        for serial, _ in op.reads:
+            readers.setdefault(serial, set()).add(op.index)
+    out: list[Fused] = []
+    run: list[Op] = []
+
+    def close() -> None:
+        if run:
+            out.append(_fuse(run, readers))
+            run.clear()
+
+    for op in ops:
+        if op.kind in ("gemm", "attention") or (run and run[-1].backward != op.backward):
+            close()
+        if op.kind not in ("gemm", "attention"):
+            run.append(op)
+    close()
+    return out
+
+
+def _fuse(run: Sequence[Op], readers: Mapping[int, set[int]]) -> Fused:
+    inside = {op.index for op in run}
+    written: set[int] = set()
+    read_bytes: dict[int, int] = {}
+    for op in run:
+        for serial, nbytes in op.reads:
+            if serial not in written:
+                read_bytes[serial] = max(read_bytes.get(serial, 0), nbytes)
+        written.update(serial for serial, _ in op.writes)
+    write_bytes: dict[int, int] = {}
+    for op in run:
+        for serial, nbytes in op.writes:
+            # kept on chip only when every reader is inside the run (a tensor nothing
+            # reads is a result: a gradient the optimizer reads, the loss)
+            if not readers.get(serial, set()) <= inside or not readers.get(serial):
+                write_bytes[serial] = max(write_bytes.get(serial, 0), nbytes)
+    reductions = sum(1 for op in run if op.kind == "reduction")
+    return Fused(tuple(op.index for op in run), sum(read_bytes.values()) + sum(write_bytes.values()),
+                 1 + reductions, reductions)
+
+
+# -- the step ----------------------------------------------------------------------------
+
+
+def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw",
+              gemm_times: Mapping[int, float] | None = None, extra_ms: float = 0.0) -> StepTime:
+    """The step's estimate. ``gemm_times`` overrides GEMM records' times (a finding's
+    after-times); ``extra_ms`` adds GPU time (a change's side costs)."""
+    gemm_times = gemm_times or {}
+    classes: dict[str, float] = {}
+
+    def add(kind: str, ms: float) -> None:
+        classes[kind] = classes.get(kind, 0.0) + ms
+
+    def record_ms(i: int) -> float:
+        if i in gemm_times:
+            return gemm_times[i]
+        g = step.gemms[i]
+        return compiled_gemm_ms(g, hw) if mode == "compile" else gemm_ms(g, hw)
+
+    kernels = 0
+    for op in step.ops:
+        if op.kind in ("gemm", "attention"):
+            add(op.kind, sum(record_ms(i) for i in op.gemms) if op.gemms else hw.min_gemm_us * 1e-3)
+            kernels += 1
+        elif mode == "eager":
+            add(op.kind, op_ms(op, hw))
+            kernels += 1
+    if mode == "compile":
+        for region in fused_regions(step.ops):
+            ms = max(memory_kernel_ms(region.bytes, hw.step.elementwise_efficiency, hw),
+                     region.kernels * hw.step.min_kernel_us * 1e-3)
+            add("fused", ms)
+            kernels += region.kernels
+    if step.training:
+        opt_ms, launches = optimizer_ms(step.params, optimizer, hw)
+        if launches:
+            add("optimizer", opt_ms)
+            kernels += launches
+    if extra_ms:
+        add("side", extra_ms)
+    kernel_ms = sum(classes.values())
+    gpu = kernel_ms + kernels * hw.step.kernel_gap_us * 1e-3
+    per_kernel = hw.step.compile_host_us_per_kernel if mode == "compile" else hw.step.host_us_per_kernel
+    host = kernels * per_kernel * 1e-3
+    gemm = classes.get("gemm", 0.0) + classes.get("attention", 0.0)
+    return StepTime(max(gpu, host), gpu, host, gemm, kernels, mode, tuple(sorted(classes.items())))
+
+
+# -- side costs of a change ---------------------------------------------------------------
+
+
+def slice_ms(s: Slice, hw: Hardware, mode: Mode, training: bool) -> float:
+    """What slicing a padded tensor back costs a step: in eager mode the forward's
+    consumer reads the slice strided (the ``.float()`` upcast of sliced logits) and
+    the backward zero-fills the padded gradient and copies the slice's gradient into
+    it; compiled, one fused kernel writes the padded gradient strided."""
+    st = hw.step
+    bw = hw.memory_bandwidth_gbps * 1e9
+    cols_bytes = s.rows * s.cols * s.element_bytes
+    padded_bytes = s.rows * s.padded * s.element_bytes
+    if mode == "compile":
+        return memory_kernel_ms(padded_bytes, st.strided_copy_efficiency, hw) if training else 0.0
+    strided_read = 1e3 * cols_bytes * (1 / st.strided_copy_efficiency - 1 / st.elementwise_efficiency) / bw
+    if not training:
+        return strided_read
+    fill = memory_kernel_ms(padded_bytes, st.elementwise_efficiency, hw)
+    copy_in = memory_kernel_ms(2 * cols_bytes, st.strided_copy_efficiency, hw)
+    return strided_read + fill + copy_in
+
+
+def side_ms(slices: Iterable[Slice], hw: Hardware, mode: Mode, training: bool) -> float:
+    return sum(slice_ms(s, hw, mode, training) for s in slices)
+
+
+__all__ = ["MODES", "Mode", "Step", "StepTime", "compiled_gemm_ms", "fused_regions", "op_ms", "optimizer_ms",
+           "pad_mm_padded", "side_ms", "slice_ms", "step_time", "DTYPE_BYTES"]

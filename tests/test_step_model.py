@@ -1,0 +1,155 @@
+"""The whole-step model (shapelint.price.step): op bytes, fusion under compile, the
+launch floor, the optimizer, pad_mm, slice side costs, and the report's step numbers."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from torch import nn
+
+from shapelint import hardware
+from shapelint.capture import AUTOCAST_PRECISIONS
+from shapelint.lint import trace
+from shapelint.price.gemm import gemm_ms
+from shapelint.price.step import (
+    Step,
+    fused_regions,
+    memory_kernel_ms,
+    optimizer_ms,
+    pad_mm_padded,
+    slice_ms,
+    step_time,
+)
+from shapelint.records import Op, Slice
+from tests._cli_helpers import run
+
+H100 = hardware.resolve("h100")
+MB = 1 << 20
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(64, 128)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x)) * 2
+
+
+def test_capture_records_every_kernel_with_its_bytes() -> None:
+    cap, _ = trace(lambda: (Block(), torch.randn(32, 64)), precision="bf16")
+    ops = [(o.name, o.kind, o.backward, o.bytes) for o in cap.ops]
+    # autocast over fp32 weights: x, W and b are cast to bf16 (read 4 + write 2 bytes per element)
+    assert ops[:3] == [("_to_copy", "copy", False, 128 * 6), ("_to_copy", "copy", False, 64 * 128 * 6),
+                       ("_to_copy", "copy", False, 32 * 64 * 6)]
+    assert ops[3] == ("addmm", "gemm", False, 128 * 2 + 32 * 64 * 2 + 64 * 128 * 2 + 32 * 128 * 2)
+    assert ops[4] == ("relu", "pointwise", False, 2 * 32 * 128 * 2)
+    assert ops[5] == ("mul", "pointwise", False, 2 * 32 * 128 * 2)
+    assert cap.ops[3].gemms == (0,)
+    assert cap.ops[6].name == "ones_like" and all(o.backward for o in cap.ops[7:])  # the seed, then autograd
+    assert sum(1 for o in cap.ops if o.kind == "gemm") == 2  # forward addmm, grad_weight mm (x needs no grad)
+    assert cap.params == ((64 * 128, 4), (128, 4))  # fp32 weights, as the default step keeps them
+    assert "bf16" in AUTOCAST_PRECISIONS
+
+
+def _op(i: int, kind: str, reads: tuple[tuple[int, int], ...], writes: tuple[tuple[int, int], ...],
+        backward: bool = False) -> Op:
+    nbytes = sum(b for _, b in reads) + sum(b for _, b in writes)
+    return Op(i, kind, kind, backward, nbytes, reads, writes)  # type: ignore[arg-type]
+
+
+def test_fusion_keeps_intermediates_on_chip() -> None:
+    # a → pointwise → b → pointwise → c → reduction → d ; gemm reads c ; e (bwd) reads a
+    ops = [
+        _op(0, "pointwise", ((1, 4 * MB),), ((2, 4 * MB),)),
+        _op(1, "pointwise", ((2, 4 * MB),), ((3, 4 * MB),)),
+        _op(2, "reduction", ((3, 4 * MB),), ((4, MB),)),
+        _op(3, "gemm", ((3, 4 * MB),), ((5, 4 * MB),)),
+        _op(4, "pointwise", ((5, 4 * MB),), ((6, 4 * MB),)),
+        _op(5, "pointwise", ((1, 4 * MB),), ((7, 4 * MB),), backward=True),
+    ]
+    first, second, third = fused_regions(ops)
+    # reads a (4 MB); writes c (read by the GEMM) and d (read by nobody: a result); b stays on chip
+    assert (first.ops, first.bytes, first.kernels, first.reductions) == ((0, 1, 2), 4 * MB + 4 * MB + MB, 2, 1)
+    assert (second.ops, second.bytes, second.kernels) == ((4,), 8 * MB, 1)
+    assert third.ops == (5,)  # a new pass starts a new region
+
+
+def test_eager_step_is_the_larger_of_gpu_and_host_time() -> None:
+    ops = [_op(i, "pointwise", ((i, MB),), ((i + 100, MB),)) for i in range(10)]
+    st = Step([], ops, [], training=False)
+    t = step_time(st, H100, "eager")
+    kernel = memory_kernel_ms(2 * MB, H100.step.elementwise_efficiency, H100)
+    assert t.kernels == 10
+    assert math.isclose(t.gpu_ms, 10 * kernel + 10 * H100.step.kernel_gap_us * 1e-3)
+    assert math.isclose(t.host_ms, 10 * H100.step.host_us_per_kernel * 1e-3)
+    assert t.ms == max(t.gpu_ms, t.host_ms) and t.bound == "host"  # 2 MB kernels: 0.7 us each on an H100
+    compiled = step_time(st, H100, "compile")
+    assert compiled.kernels == 1  # ten independent pointwise ops in one pass: one fused kernel
+    assert math.isclose(dict(compiled.by_class)["fused"], memory_kernel_ms(20 * MB, 0.88, H100))
+
+
+def test_optimizer_bytes_and_launches() -> None:
+    params = [(768 * 768, 4)] * 40 + [(768, 4)] * 40
+    ms, launches = optimizer_ms(params, "adamw", H100)
+    nbytes = 7 * 4 * 40 * (768 * 768 + 768)
+    assert math.isclose(ms, 1e3 * nbytes / (3350e9 * H100.step.optimizer_efficiency))
+    assert launches == max(math.ceil(80 / 36), math.ceil((40 * 9 + 40) / 320)) == 3
+    assert optimizer_ms(params, "sgd", H100)[0] == pytest.approx(ms * 3 / 7)
+    assert optimizer_ms(params, "none", H100) == (0.0, 0)
+
+
+def _lm_head(vocab: int) -> list:
+    cap, _ = trace(lambda: (nn.Linear(768, vocab, bias=False), torch.randn(8192, 768)), precision="bf16")
+    return cap.gemms
+
+
+def test_pad_mm_pads_misaligned_compute_bound_gemms_only() -> None:
+    fwd, dgrad = _lm_head(50257)[:2]
+    padded, copies = pad_mm_padded(fwd, H100) or (None, 0.0)
+    assert padded is not None and (padded.m, padded.n, padded.k) == (8192, 50264, 768)
+    assert copies > 0 and gemm_ms(padded, H100) + copies < gemm_ms(fwd, H100) / 1.1
+    aligned = _lm_head(50264)[0]
+    assert pad_mm_padded(aligned, H100) is None
+    # a memory-bound GEMM (one token) is left alone, as pad_mm's is_mm_compute_bound does
+    assert pad_mm_padded(replace(fwd, m=1), H100) is None
+
+
+def test_slice_side_cost() -> None:
+    s = Slice(8192, 50257, 50264, 2)
+    st, bw = H100.step, 3350e9
+    strided = 1e3 * 8192 * 50257 * 2 * (1 / st.strided_copy_efficiency - 1 / st.elementwise_efficiency) / bw
+    fill = memory_kernel_ms(8192 * 50264 * 2, st.elementwise_efficiency, H100)
+    copy_in = memory_kernel_ms(2 * 8192 * 50257 * 2, st.strided_copy_efficiency, H100)
+    assert math.isclose(slice_ms(s, H100, "eager", True), strided + fill + copy_in)
+    # measured on an H100 (docs/step-measurements.md): +1.43 to +1.53 ms eager for GPT-2 at 8x1024
+    assert 1.2 < slice_ms(s, H100, "eager", True) < 1.6
+    assert math.isclose(slice_ms(s, H100, "compile", True),
+                        memory_kernel_ms(8192 * 50264 * 2, st.strided_copy_efficiency, H100))
+
+
+def test_gpt2_config_step_eager_and_compiled(examples, capsys: pytest.CaptureFixture[str]) -> None:
+    docs = {}
+    for mode in ("eager", "compile"):
+        flags = ["--compile"] if mode == "compile" else []
+        code, out, _ = run([str(examples / "gpt2" / "config.json"), "--format", "json", *flags], capsys)
+        assert code == 1
+        docs[mode] = json.loads(out)
+    eager, compiled = docs["eager"], docs["compile"]
+    assert eager["summary"]["mode"] == "eager" and compiled["summary"]["mode"] == "compile"
+    (fe,), (fc,) = eager["findings"], compiled["findings"]
+    # the GEMM numbers are the same in both modes; the step saving is not
+    assert fe["est_speedup"] == fc["est_speedup"] > 5
+    # measured on an H100: eager 66.0 -> 54.6 ms (1.21x), compiled 1.06-1.12x
+    s = eager["summary"]
+    assert 50 < s["step_ms"] < 80 and 1.12 < s["step_speedup"] < 1.32
+    assert math.isclose(fe["step_ms_saved"], s["step_ms"] - s["step_ms_after"], rel_tol=1e-3)
+    c = compiled["summary"]
+    assert c["step_ms"] < s["step_ms"] and 1.0 < c["step_speedup"] < 1.15
+    assert "pad_mm" in fc["step_note"] and fc["step_ms_saved"] < fe["step_ms_saved"] / 3
+    # GEMM-only keys are unchanged and say so
+    assert s["est_scope"] == "GEMMs only" and s["est_speedup"] > 2
