@@ -446,10 +446,13 @@ def _write(results: list, args: argparse.Namespace, fmt: str, rules: Sequence[Ru
         outputs.write_file(args.output, rendered, "--output")
         return
     with outputs.stdout_guard():
-        if rendered is None:
-            _text(results, args, sys.stdout, color=False if os.environ.get("NO_COLOR") else None)
-        else:
+        if rendered is not None:
             sys.stdout.write(rendered)
+            return
+        try:
+            _text(results, args, sys.stdout, color=False if os.environ.get("NO_COLOR") else None)
+        except SystemExit:  # rich ends a closed pipe with sys.exit(1): the run's exit code must win
+            raise BrokenPipeError from None
 
 
 def _text(results: list, args: argparse.Namespace, out: IO[str], color: bool | None) -> None:
