@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import pkgutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from shapelint.errors import ShapelintError
+from shapelint.errors import ShapelintError, one_line
 from shapelint.hardware import Hardware
 from shapelint.records import Gemm, Proposal
 from shapelint.rule_api import Rule, RuleContext
+from shapelint.usercode import import_user_file, run_user_rule
+
+#: the package name ``--rules-dir`` modules are imported under (their rules run as user code)
+USER_RULES = "shapelint_user_rules"
 
 
 @functools.cache
@@ -34,13 +37,8 @@ def load_rules(rules_dirs: Sequence[str] = ()) -> tuple[Rule, ...]:
         for file in sorted(path.glob("*.py")):
             if file.name.startswith("_"):
                 continue
-            spec = importlib.util.spec_from_file_location(f"shapelint_user_rules.{file.stem}", file)
-            assert spec and spec.loader
-            mod = importlib.util.module_from_spec(spec)
-            try:
-                spec.loader.exec_module(mod)
-            except Exception as exc:
-                raise ShapelintError(f"{file}: cannot load rule: {type(exc).__name__}: {exc}") from exc
+            # a rule module is user code: behind the one boundary (sys.exit, prints, bytecode)
+            mod = import_user_file(file, "importing it", name=f"{USER_RULES}.{file.stem}")
             rules.append(Rule.from_module(mod))
     return _validated(rules)
 
@@ -70,12 +68,15 @@ def select_rules(rules: Sequence[Rule], select: Sequence[str], ignore: Sequence[
 def run_rules(rules: Iterable[Rule], gemms: Sequence[Gemm], hw: Hardware, ctx: RuleContext) -> list[Proposal]:
     out: list[Proposal] = []
     for rule in rules:
+        if rule.module.__name__.startswith(f"{USER_RULES}."):
+            out.extend(run_user_rule(rule.check, rule.module.__file__ or rule.module.__name__, rule.code,
+                                     gemms, hw, ctx))
+            continue
         try:
             proposals = list(rule.check(gemms, hw, ctx))
         except ShapelintError:
             raise
         except Exception as exc:
-            raise ShapelintError(f"rule {rule.code} ({rule.module.__name__}) failed: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+            raise ShapelintError(f"rule {rule.code} ({rule.module.__name__}) failed: {one_line(exc)}") from exc
         out.extend(proposals)
     return out

@@ -6,7 +6,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
@@ -15,8 +15,9 @@ from shapelint.errors import ShapelintError
 from shapelint.settings import Settings, add_flags, default, from_args, merged
 
 if TYPE_CHECKING:
+    from shapelint import suppress
     from shapelint.config import Config
-    from shapelint.lint import Options
+    from shapelint.lint import Options, Result, TargetError
     from shapelint.rule_api import Rule
 
 
@@ -59,7 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dump-graph", metavar="FILE", help="write the joint forward+backward FX graph's code")
     p.add_argument("--list-rules", action="store_true", help="list the rules and exit")
     p.add_argument("--verbose", "-v", action="store_true", help="add the full GEMM table")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                   help="stop the lint after SECONDS and exit 2 (runs it in a child process)")
+    p.add_argument("--max-memory", type=_bytes, metavar="SIZE",
+                   help="cap the lint's memory (address space) at SIZE, e.g. 8G (runs it in a child process)")
+    p.add_argument("--no-isolate", action="store_true",
+                   help="lint in this process, not in a forked child (the default for the shapelint command on "
+                        "Linux: it turns os._exit, crashes and runaway memory in user code into one error line)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks (and lint in this process)")
     p.add_argument("--version", action="version", version=f"shapelint {__version__}")
     return p
 
@@ -75,16 +83,41 @@ def calibrate_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command. ``argv`` None (the console command): the lint runs in a forked
+    child on Linux (see :func:`_isolation`); from Python only when ``--timeout`` or
+    ``--max-memory`` asks for it."""
+    console = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    if argv[:1] == ["calibrate"]:
+        return _guarded(lambda: _calibrate(argv[1:]), debug)
+
+    def lint() -> int:
+        return _guarded(lambda: _run(argv), debug)
+
+    def isolated() -> int:
+        limits = _isolation(argv, console)
+        if limits is None:
+            return lint()
+        from shapelint import isolate, outputs
+
+        with outputs.stdout_guard():
+            return isolate.run_isolated(lint, **limits)
+
+    return _guarded(isolated, debug)
+
+
+def _guarded(fn: Callable[[], int], debug: bool) -> int:
+    """``fn()``, every error one ``shapelint: error:`` line and exit 2 (a traceback
+    only with ``--debug``); Ctrl-C exit 130."""
+    from shapelint.errors import one_line
+
     try:
-        if argv[:1] == ["calibrate"]:
-            return _calibrate(argv[1:])
-        return _run(argv)
+        return fn()
     except ShapelintError as exc:
         if debug:
             raise
-        print(f"shapelint: error: {exc}", file=sys.stderr)
+        print(f"shapelint: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("shapelint: interrupted", file=sys.stderr)
@@ -92,8 +125,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             raise
-        print(f"shapelint: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", file=sys.stderr)
+        print(f"shapelint: error: internal error: {one_line(exc)} (rerun with --debug)", file=sys.stderr)
         return 2
+
+
+def _isolation(argv: list[str], console: bool) -> dict[str, Any] | None:
+    """``run_isolated``'s limits when the lint runs in a child process, else None:
+    on by default for the console command where ``fork`` is safe, off with
+    ``--no-isolate`` or ``--debug`` (a debugger needs the process); from Python only
+    when ``--timeout`` or ``--max-memory`` is given (they need the child)."""
+    from shapelint import isolate
+
+    args = build_parser().parse_args(argv)  # usage errors: one line, before any fork
+    limited = args.timeout is not None or args.max_memory is not None
+    if args.no_isolate or args.debug:
+        if limited:
+            raise ShapelintError("--timeout and --max-memory need the child process (drop --no-isolate/--debug)")
+        return None
+    if limited and not isolate.available():
+        raise ShapelintError("--timeout and --max-memory need os.fork (Linux or another POSIX system but macOS)")
+    if not (console or limited) or not isolate.available():
+        return None
+    return {"timeout": args.timeout, "max_memory": args.max_memory}
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _bytes(text: str) -> int:
+    """``8G``, ``512M``, ``1073741824``: a memory size (binary units)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if m is None or int(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size such as 8G or 512M, got {text!r}")
+    return int(m.group(1)) * _UNITS[m.group(2).upper()]
 
 
 def _run(argv: list[str]) -> int:
@@ -126,26 +200,34 @@ def _run(argv: list[str]) -> int:
         hardware.resolve(args.gpu) if args.gpu is not None else None)
     cfg_hw = hardware.resolve(cfg.gpu) if cfg.gpu else None
 
-    from shapelint import suppress
+    from shapelint import outputs, suppress
     from shapelint.config import module_ignored
     from shapelint.lint import lint_target, with_findings
-    from shapelint.load import discover
 
-    paths = discover(args.targets)
-    if args.skip_other_files:
-        paths = [p for p in paths if _looks_like_target(p)]
+    paths = _targets(args)
+    _check_outputs(args, paths, cfg.file)
+    graphs = outputs.graph_paths(args.dump_graph, paths) if args.dump_graph else [None] * len(paths)
+    known = {r.code for r in all_rules} | {r.name for r in all_rules}
     reader = suppress.LineReader()
-    results = []
-    for path in paths:
-        own = _target_settings(path)
-        opts = _options(flags, cfg, own, args.dump_graph)
-        hw = cli_hw or (None if "gpu" in own else cfg_hw)
-        r = lint_target(path, opts, hw, rules)
+    results, errors = [], []
+    for path, graph in zip(paths, graphs):
+        try:
+            own = _target_settings(path)
+            opts = _options(flags, cfg, own, None if graph is None else str(graph))
+            hw = cli_hw or (None if "gpu" in own else cfg_hw)
+            r = lint_target(path, opts, hw, rules)
+        except Exception as exc:
+            if args.debug:
+                raise
+            errors.append(_failed(path, exc))
+            continue
         findings = [f for f in r.findings if not module_ignored(f, cfg.per_module_ignores)]
         results.append(with_findings(r, suppress.apply(findings, reader)))
+        errors += [_failed(path, ShapelintError(str(problem)))
+                   for problem in _suppression_problems(r, known, reader)]
     if args.verify:
         results = _verify(results, args)
-    _write(results, args, fmt, rules)
+    _write(results, args, fmt, rules, errors)
     if args.statistics:
         from shapelint.report import text
 
@@ -155,11 +237,70 @@ def _run(argv: list[str]) -> int:
         from shapelint.report import plot
 
         plot.render(results, args.plot)
+    if errors:
+        return 2
     from shapelint.verify import confirmed
 
     count = sum(1 for r in results for f in r.findings if not f.suppressed and confirmed(f))
     exit_zero = _or_default(given.exit_zero, "exit-zero")
     return 1 if count and not exit_zero else 0
+
+
+def _targets(args: argparse.Namespace) -> list[Path]:
+    """The targets: files as given, directories walked (:mod:`shapelint.targets`);
+    with ``--skip-other-files`` only files that can be targets. ``--verbose`` lists
+    what was passed over, and why, on stderr."""
+    from shapelint import targets
+
+    found = targets.discover(args.targets)
+    paths, skipped = found.targets, list(found.skipped)
+    if args.skip_other_files:
+        reasons = [(p, targets.why_not_target(p)) for p in paths]
+        paths = [p for p, why in reasons if why is None]
+        skipped += [(p, why) for p, why in reasons if why is not None]
+    if args.verbose:
+        for p, why in skipped:
+            print(f"shapelint: skipped {p}: {why}", file=sys.stderr)
+    return paths
+
+
+def _check_outputs(args: argparse.Namespace, paths: list[Path], config_file: str | None) -> None:
+    """No output may replace a file the run reads (a target, a builder, the
+    configuration, a rule module), before anything is linted."""
+    from shapelint import outputs
+
+    protected = outputs.protected_paths(paths, config_file, args.rules_dir)
+    if args.output:
+        outputs.check_output_path(args.output, protected, "--output")
+    if args.plot:
+        outputs.check_output_path(args.plot, protected, "--plot")
+    if args.dump_graph:
+        for graph in outputs.graph_paths(args.dump_graph, paths):
+            outputs.check_output_path(str(graph), protected, "--dump-graph")
+
+
+def _failed(path: Path, exc: Exception) -> TargetError:
+    """One target's failure: a one-line message (naming the target), printed now."""
+    from shapelint.errors import one_line
+    from shapelint.lint import TargetError
+
+    text = one_line(exc)
+    if not isinstance(exc, ShapelintError):
+        text = f"internal error: {text} (rerun with --debug)"
+    if str(path) not in text:
+        text = f"{path}: {text}"
+    print(f"shapelint: error: {text}", file=sys.stderr)
+    return TargetError(str(path), text)
+
+
+def _suppression_problems(r: Result, known: set[str], reader: suppress.LineReader) -> list[suppress.Problem]:
+    """Malformed or unknown ``# shapelint: ignore[...]`` comments in the target and
+    the files its findings point at (each is an error: it suppresses nothing)."""
+    from shapelint import suppress
+
+    files = dict.fromkeys([r.config_file or r.target, *(f.source.file for f in r.findings if f.source)])
+    return [problem for file in files if Path(file).suffix.lower() in (".py", ".yaml", ".yml")
+            for problem in suppress.problems(file, known, reader)]
 
 
 def _calibrate(argv: list[str]) -> int:
@@ -230,6 +371,7 @@ def _options(flags: Settings, cfg: Config, own: set[str], dump_graph: str | None
         compile=pick("compile"),
         optimizer=pick("optimizer"),
         dump_graph=dump_graph,
+        allow_builders=tuple(cfg.allow_builders or ()),
         policy=Policy(**{key.replace("-", "_"): _or_default(getattr(fixed, key.replace("-", "_")), key)
                          for key in ("min-loss", "min-speedup", "min-step-share")}),
     )
@@ -273,63 +415,50 @@ def _target_settings(path: Path) -> set[str]:
     return {k for k in _TARGET_SETTINGS if k in doc}
 
 
-_PY_TARGET = re.compile(
-    r"^\s*(?:async\s+)?def\s+shapelint_model\b|^\s*shapelint_model\s*=|^\s*from\s+\S+\s+import\b.*\bshapelint_model\b",
-    re.MULTILINE)
-_YAML_TARGET = re.compile(r"^[\"']?(?:model|hf_config)[\"']?\s*:", re.MULTILINE)
+def _write(results: list, args: argparse.Namespace, fmt: str, rules: Sequence[Rule],
+           errors: Sequence[TargetError] = ()) -> None:
+    """The report: to ``--output`` whole (a temporary file renamed over it), else to
+    stdout (a reader that closes the pipe early ends it quietly). The machine formats
+    carry the targets that failed (``errors``); the text report leaves them to stderr."""
+    from shapelint import outputs
 
-
-def _looks_like_target(path: Path) -> bool:
-    """For --skip-other-files: could this file be a shapelint target? (read, never imported)"""
-    if path.is_dir():
-        return True
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return True  # let the loader report it
-    if path.suffix == ".py":
-        return _PY_TARGET.search(text) is not None
-    if path.suffix == ".json":
-        return path.name == "config.json" or '"model_type"' in text
-    if path.suffix in (".yaml", ".yml"):
-        return _YAML_TARGET.search(text) is not None
-    return False
-
-
-def _write(results: list, args: argparse.Namespace, fmt: str, rules: Sequence[Rule]) -> None:
     if fmt == "json":
         from shapelint.report import json_report
 
-        rendered: str | None = json_report.render(results, show_suppressed=args.show_suppressed)
+        rendered: str | None = json_report.render(results, show_suppressed=args.show_suppressed, errors=errors)
     elif fmt == "sarif":
         from shapelint.report import sarif
 
-        rendered = sarif.render(results, rules, show_suppressed=args.show_suppressed)
+        rendered = sarif.render(results, rules, show_suppressed=args.show_suppressed, errors=errors)
     elif fmt == "github":
         from shapelint.report import github
 
         rendered = github.render(results)
     else:
         rendered = None
-    out: IO[str]
     if args.output:
-        try:
-            out = open(args.output, "w", encoding="utf-8")
-        except OSError as exc:
-            raise ShapelintError(f"--output {args.output}: {exc.strerror}") from exc
-    else:
-        out = sys.stdout
-    try:
-        if rendered is not None:
-            out.write(rendered)
-        else:
-            from shapelint.report import text
+        if rendered is None:
+            import io
 
-            color = None if out is sys.stdout and not os.environ.get("NO_COLOR") else False
-            text.render(results, out, verbose=args.verbose, color=color, show_suppressed=args.show_suppressed)
-    finally:
-        if out is not sys.stdout:
-            out.close()
+            buffer = io.StringIO()
+            _text(results, args, buffer, color=False)
+            rendered = buffer.getvalue()
+        outputs.write_file(args.output, rendered, "--output")
+        return
+    with outputs.stdout_guard():
+        if rendered is not None:
+            sys.stdout.write(rendered)
+            return
+        try:
+            _text(results, args, sys.stdout, color=False if os.environ.get("NO_COLOR") else None)
+        except SystemExit:  # rich ends a closed pipe with sys.exit(1): the run's exit code must win
+            raise BrokenPipeError from None
+
+
+def _text(results: list, args: argparse.Namespace, out: IO[str], color: bool | None) -> None:
+    from shapelint.report import text
+
+    text.render(results, out, verbose=args.verbose, color=color, show_suppressed=args.show_suppressed)
 
 
 if __name__ == "__main__":

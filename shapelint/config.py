@@ -30,6 +30,7 @@ Keys (``min-speedup`` may also be spelled ``min_speedup``, and so on)::
     format = "text"              # text | json | sarif | github
     exit-zero = false
     inference = false
+    allow-builders = ["mypkg.models"]  # packages a YAML target's model: may name
 
     [tool.shapelint.per-module-ignores]
     "lm_head" = ["SL101"]        # fnmatch glob on the finding's module path(s)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import IO
 
-from shapelint.errors import ShapelintError
+from shapelint.errors import ShapelintError, one_line
 
 #: the child's exit code travels through the pipe as this many bytes; fewer mean the
 #: child ended without returning (os._exit, a signal)
@@ -71,13 +71,15 @@ def _child(fn: Callable[[], int], status_fd: int, stdout_fd: int, max_memory: in
         os.dup2(stdout_fd, 1)
         encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
         sys.stdout = open(1, "w", encoding=encoding, closefd=False)  # noqa: SIM115 - lives until os._exit
+        if _fileno(sys.stderr) != 2:  # a replaced sys.stderr (pytest's capture) would stay in the child
+            sys.stderr = open(2, "w", encoding=encoding, closefd=False)  # noqa: SIM115 - likewise
         if max_memory is not None:
             import resource
 
             resource.setrlimit(resource.RLIMIT_AS, (max_memory, max_memory))
         rc = fn()
     except BaseException as exc:  # noqa: BLE001 - the child must always report and exit here
-        print(f"shapelint: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"shapelint: error: {one_line(exc)}", file=sys.stderr)
     finally:
         with contextlib.suppress(BaseException):
             sys.stdout.flush()
@@ -85,6 +87,13 @@ def _child(fn: Callable[[], int], status_fd: int, stdout_fd: int, max_memory: in
         with contextlib.suppress(BaseException):
             os.write(status_fd, int(rc).to_bytes(_STATUS_BYTES, "little", signed=True))
         os._exit(rc if isinstance(rc, int) and 0 <= rc < 256 else 2)
+
+
+def _fileno(stream: IO[str]) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _wait_for_status(fd: int, pid: int, timeout: float | None) -> bytes:

@@ -22,12 +22,14 @@ from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
 from shapelint.load import DEFAULT_DTYPE, Loaded, load, token_count
 from shapelint.locate import locate_in_config
+from shapelint.outputs import write_file
 from shapelint.price import Policy, StepEstimate, StepModel, price, step_estimate
 from shapelint.price.step import Step, StepTime
 from shapelint.records import Finding
 from shapelint.rule_api import Rule, RuleContext
 from shapelint.settings import default
 from shapelint.tp import shard
+from shapelint.usercode import user_code
 
 
 @dataclass
@@ -45,6 +47,8 @@ class Options:
     #: the optimizer step priced (shapelint.settings.OPTIMIZERS; None: the default, adamw)
     optimizer: str | None = None
     dump_graph: str | None = None
+    #: packages outside a YAML target's project whose builders it may name (``allow-builders``)
+    allow_builders: tuple[str, ...] = ()
     policy: Policy = field(default_factory=Policy)
 
 
@@ -72,6 +76,15 @@ class Result:
     step_time_after: StepTime | None = None
 
 
+@dataclass(frozen=True)
+class TargetError:
+    """A target that could not be linted (the run goes on with the others): its
+    one-line reason, as printed on stderr and listed in the JSON/SARIF ``errors``."""
+
+    target: str
+    message: str
+
+
 def resolve_precision(opts: Options, loaded: Loaded) -> str:
     dtype = opts.dtype or loaded.settings.get("dtype") or DEFAULT_DTYPE
     if dtype not in PRECISIONS:
@@ -85,25 +98,24 @@ def vocab_sizes(model: torch.nn.Module) -> frozenset[int]:
 
 def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[Rule]) -> Result:
     """Lint one target; ``hw`` None means the target's own ``gpu`` setting, else the default GPU."""
-    loaded = load(path, batch=opts.batch, seq=opts.seq, dtype=opts.dtype)
+    loaded = load(path, batch=opts.batch, seq=opts.seq, dtype=opts.dtype, allow_builders=opts.allow_builders)
     precision = resolve_precision(opts, loaded)
     if hw is None:
         hw = hardware.resolve(str(loaded.settings["gpu"])) if "gpu" in loaded.settings else hardware.default_gpu()
     tp = opts.tp if opts.tp is not None else int(loaded.settings.get("tp", 1))
     training = opts.training if opts.training is not None else bool(loaded.settings.get("training", True))
-    with loaded.fake_mode:
+    # the model's forward (and backward hooks) are the user's code too: behind the boundary
+    with loaded.fake_mode, user_code(path, "forward and backward"):
         inputs = to_precision(loaded.model, loaded.inputs, precision)
         try:
             cap = capture(loaded.model, inputs, precision=precision, training=training, defined_at=loaded.defined_at)
         except ShapelintError as exc:
             raise ShapelintError(f"{path}: {exc}") from exc
         if opts.dump_graph:
-            from shapelint.graph import dump_graph
+            from shapelint.graph import joint_graph
 
-            try:
-                dump_graph(loaded.model, inputs, opts.dump_graph, training)
-            except OSError as exc:
-                raise ShapelintError(f"--dump-graph {opts.dump_graph}: {exc.strerror}") from exc
+            graph = joint_graph(loaded.model, inputs, training).print_readable(print_output=False)
+            write_file(opts.dump_graph, graph, "--dump-graph")
     if tp > 1:
         cap.gemms = shard(cap.gemms, tp)
     tokens = token_count(loaded.inputs)
@@ -132,7 +144,7 @@ def with_findings(result: Result, findings: list[Finding]) -> Result:
                    step_time_after=after)
 
 
-__all__ = ["Options", "Result", "lint_target", "with_findings"]
+__all__ = ["Options", "Result", "TargetError", "lint_target", "with_findings"]
 
 
 def trace(build: Callable[[], tuple[torch.nn.Module, Any]], *, precision: str = "bf16",

@@ -34,7 +34,7 @@ from torch.utils._pytree import tree_leaves
 
 from shapelint import builders, validate
 from shapelint.capture import RecordingFakeMode, boundary, user_frame_source
-from shapelint.errors import ShapelintError
+from shapelint.errors import ShapelintError, one_line
 from shapelint.files import check_regular, parse_json, parse_yaml, read_text
 from shapelint.records import Source
 from shapelint.targets import discover as find_targets
@@ -89,15 +89,17 @@ def discover(targets: list[str]) -> list[Path]:
     return find_targets(targets).targets
 
 
-def load(path: Path, *, batch: int | None = None, seq: int | None = None, dtype: str | None = None) -> Loaded:
+def load(path: Path, *, batch: int | None = None, seq: int | None = None, dtype: str | None = None,
+         allow_builders: Sequence[str] = ()) -> Loaded:
     """``dtype``: the compute precision when already known; Hugging Face models are
-    then built in it directly (no conversion pass afterwards)."""
+    then built in it directly (no conversion pass afterwards). ``allow_builders``:
+    see :func:`load_yaml`."""
     kind = target_kind(path)
     if kind == "python":
         return load_python(path, batch=batch, seq=seq)
     if kind == "hf-config":
         return load_hf_config(path / "config.json" if path.is_dir() else path, batch=batch, seq=seq, dtype=dtype)
-    return load_yaml(path, batch=batch, seq=seq, dtype=dtype)
+    return load_yaml(path, batch=batch, seq=seq, dtype=dtype, allow_builders=allow_builders)
 
 
 # -- building on fake tensors -----------------------------------------------
@@ -253,11 +255,6 @@ def _call_user(fn: Callable[..., Any], file: Path, what: str, paths: Sequence[Pa
     behind the one boundary."""
     with user_code(file, what, paths):
         return fn(**kwargs)
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def _size_kwargs(fn: Callable[..., Any], batch: int | None, seq: int | None) -> dict[str, int]:
@@ -450,6 +447,7 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def load_hf_config(path: Path, *, batch: int | None = None, seq: int | None = None,
                    dtype: str | None = None) -> Loaded:
+    quiet_torch_logs()
     doc = read_json(path)
     loaded = _build_hf(doc, str(path), batch=batch, seq=seq, dtype=dtype or DEFAULT_DTYPE)
     loaded.config_keys = _int_lines(read_text(path))
@@ -504,7 +502,7 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
     try:
         config = transformers.AutoConfig.for_model(model_type, **fields)
     except Exception as exc:  # noqa: BLE001 - transformers validates configs on construction
-        raise ShapelintError(f"{where}: transformers rejects this config: {_one_line(exc)}") from exc
+        raise ShapelintError(f"{where}: transformers rejects this config: {one_line(exc)}") from exc
     defined_at: dict[int, Source] = {}
     with construction_sites(defined_at), torch.device("meta"):
         model = _hf_model(transformers, config, where)
@@ -541,10 +539,10 @@ def _hf_model(transformers: Any, config: Any, where: str) -> torch.nn.Module:
             except ValueError as exc:  # no such attention implementation, or not this auto class's config
                 refusals.append(exc)
             except Exception as exc:  # noqa: BLE001
-                raise ShapelintError(f"{where}: transformers cannot build this model: {_one_line(exc)}") from exc
+                raise ShapelintError(f"{where}: transformers cannot build this model: {one_line(exc)}") from exc
     # the eager attempt's reason, which is not about SDPA support
     reason = refusals[1] if len(refusals) > 1 else refusals[0]
-    raise ShapelintError(f"{where}: transformers cannot build a model for this config: {_one_line(reason)}")
+    raise ShapelintError(f"{where}: transformers cannot build a model for this config: {one_line(reason)}")
 
 
 def _unpacked_sequences(model: torch.nn.Module) -> None:

@@ -23,7 +23,8 @@ FORMATS = ("text", "json", "sarif", "github")
 #: optimizers the step model prices (``--optimizer`` and the ``optimizer`` key)
 OPTIMIZERS = ("adamw", "adam", "sgd", "none")
 
-Kind = Literal["gpu", "dtype", "format", "optimizer", "positive", "number", "fraction", "bool", "codes", "per-module"]
+Kind = Literal["gpu", "dtype", "format", "optimizer", "positive", "number", "fraction", "bool", "codes", "per-module",
+               "modules"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Settings:
     exit_zero: bool | None = None
     compile: bool | None = None
     optimizer: str | None = None
+    allow_builders: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ SETTINGS: tuple[Setting, ...] = (
                                "elementwise chains, GEMMs that pad_mm pads itself (default: eager)", False),
     Setting("optimizer", "optimizer", "the optimizer step the step model prices: adamw (fused, the default), "
                                       "adam, sgd, or none", "adamw"),
+    Setting("allow-builders", "modules", "packages outside a YAML target's project whose builders its model: may "
+                                         "name, e.g. [\"mypkg.models\"]", [], flag=False),
 )
 
 BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
@@ -214,6 +218,12 @@ def _per_module(value: Any, where: str) -> dict[str, list[str]]:
     return out
 
 
+def _modules(value: Any, where: str) -> list[str]:
+    from shapelint.builders import ALLOW_KEY, parse_allow_list
+
+    return parse_allow_list(value, where.removesuffix(f": {ALLOW_KEY}"))
+
+
 #: each kind's validator: a parsed value (TOML/YAML/JSON, or converted from a flag) → the setting's value
 VALIDATORS: dict[Kind, Callable[[Any, str], Any]] = {
     "gpu": _gpu,
@@ -226,6 +236,7 @@ VALIDATORS: dict[Kind, Callable[[Any, str], Any]] = {
     "bool": _bool,
     "codes": _codes,
     "per-module": _per_module,
+    "modules": _modules,
 }
 
 

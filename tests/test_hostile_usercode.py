@@ -33,8 +33,10 @@ def test_user_code_that_exits_is_an_error_not_a_green_run(here: Path, capsys: py
     body = f"import sys\n{call}\n" if where == "import" else f"import sys\n\ndef shapelint_model():\n    {call}\n"
     (here / "m.py").write_text(body)
     rc, out, err = lint(["m.py", "--format", "json"], here, capsys)
-    assert rc == 2 and out == ""
-    assert "m.py: " in err and "instead of returning" in err
+    assert rc == 2 and "m.py: " in err and "instead of returning" in err
+    report = json.loads(out)  # the report is still written: no findings, the target in errors
+    assert report["targets"] == [] and [e["target"] for e in report["errors"]] == ["m.py"]
+    assert report["errors"][0]["message"] == err.strip().removeprefix("shapelint: error: ")
 
 
 def test_yaml_builder_that_exits(here: Path, capsys: pytest.CaptureFixture[str]) -> None:

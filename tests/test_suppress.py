@@ -63,7 +63,7 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.mark.parametrize("comment", ["# shapelint: ignore[SL101]", "# shapelint: ignore",
-                                     "# shapelint: ignore[SL999, misaligned-leading-dim]"])
+                                     "# shapelint: ignore[SL203, misaligned-leading-dim]"])
 def test_suppressed_finding_does_not_fail(here: Path, capsys: pytest.CaptureFixture[str], comment: str) -> None:
     write_model(here, comment=comment)
     before = snapshot(here)

@@ -1,7 +1,9 @@
 """``--format json``: the machine-readable document. Its keys are a public contract
 (users' CI parses them): extend, never rename.
 
-Top level: ``gemms``, ``findings``, ``summary`` (and ``targets``, one summary each).
+Top level: ``gemms``, ``findings``, ``summary`` (and ``targets``, one summary each),
+``errors``: the targets that could not be linted, ``{"target": ..., "message": ...}``
+each (the run then exits 2; the other targets are reported as usual).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shapelint import __version__
-from shapelint.lint import Result
+from shapelint.lint import Result, TargetError
 
 
 def summary(r: Result) -> dict[str, Any]:
@@ -50,7 +52,8 @@ def _step(r: Result) -> dict[str, Any]:
     }
 
 
-def document(results: Sequence[Result], *, show_suppressed: bool = False) -> dict[str, Any]:
+def document(results: Sequence[Result], *, show_suppressed: bool = False,
+             errors: Sequence[TargetError] = ()) -> dict[str, Any]:
     """Suppressed findings appear (with ``"suppressed": true``) only with ``show_suppressed``."""
     many = len(results) > 1
     gemms: list[dict[str, Any]] = []
@@ -81,14 +84,15 @@ def document(results: Sequence[Result], *, show_suppressed: bool = False) -> dic
             "findings": sum(s["findings"] for s in per),
             "suppressed": sum(s["suppressed"] for s in per),
         }
-        if all("step_ms" in s for s in per):
+        if per and all("step_ms" in s for s in per):
             step, step_after = sum(s["step_ms"] for s in per), sum(s["step_ms_after"] for s in per)
             modes = {s["mode"] for s in per}
             total.update(step_ms=round(step, 4), step_ms_after=round(step_after, 4),
                          step_speedup=round(step / step_after, 4) if step_after else 1.0,
                          mode=modes.pop() if len(modes) == 1 else "mixed")
-    return {"version": __version__, "gemms": gemms, "findings": findings, "summary": total, "targets": per}
+    return {"version": __version__, "gemms": gemms, "findings": findings, "summary": total, "targets": per,
+            "errors": [{"target": e.target, "message": e.message} for e in errors]}
 
 
-def render(results: Sequence[Result], *, show_suppressed: bool = False) -> str:
-    return json.dumps(document(results, show_suppressed=show_suppressed), indent=2) + "\n"
+def render(results: Sequence[Result], *, show_suppressed: bool = False, errors: Sequence[TargetError] = ()) -> str:
+    return json.dumps(document(results, show_suppressed=show_suppressed, errors=errors), indent=2) + "\n"

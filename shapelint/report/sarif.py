@@ -7,6 +7,9 @@ the repository, e.g. in a library). Paths are relative to
 the repository root (the nearest folder upwards holding ``.git``), else to the
 current directory, with forward slashes.
 
+Targets that could not be linted are ``invocations[0].toolExecutionNotifications``
+(level ``error``, at the target's file) with ``executionSuccessful`` false.
+
 ``partialFingerprints["shapelintFinding/v1"]`` is a SHA-256 of the file, rule code,
 module path and the suggested parameter and its current value: stable across runs
 and line moves, so code scanning keeps tracking the same alert.
@@ -24,7 +27,7 @@ from typing import Any
 from urllib.parse import quote
 
 from shapelint import __version__
-from shapelint.lint import Result
+from shapelint.lint import Result, TargetError
 from shapelint.records import Finding
 from shapelint.rule_api import Rule
 
@@ -175,8 +178,20 @@ def _result(f: Finding, r: Result, rule_index: int, seen: dict[str, int]) -> dic
     return out
 
 
+def invocation(errors: Sequence[TargetError]) -> dict[str, Any]:
+    """The run's invocation: whether every target was linted, and why not."""
+    return {
+        "executionSuccessful": not errors,
+        "toolExecutionNotifications": [{
+            "level": "error",
+            "message": {"text": e.message},
+            "locations": [{"physicalLocation": {"artifactLocation": artifact_location(e.target)}}],
+        } for e in errors],
+    }
+
+
 def document(results: Sequence[Result], rules: Sequence[Rule], *,
-             show_suppressed: bool = False) -> dict[str, Any]:
+             show_suppressed: bool = False, errors: Sequence[TargetError] = ()) -> dict[str, Any]:
     descriptors = [rule_descriptor(r) for r in rules]
     index = {d["id"]: i for i, d in enumerate(descriptors)}
     out: list[dict[str, Any]] = []
@@ -203,11 +218,14 @@ def document(results: Sequence[Result], rules: Sequence[Rule], *,
                 "informationUri": INFORMATION_URI,
                 "rules": descriptors,
             }},
+            "invocations": [invocation(errors)],
             "results": out,
             "columnKind": "unicodeCodePoints",
         }],
     }
 
 
-def render(results: Sequence[Result], rules: Sequence[Rule], *, show_suppressed: bool = False) -> str:
-    return json.dumps(document(results, rules, show_suppressed=show_suppressed), indent=2, ensure_ascii=False) + "\n"
+def render(results: Sequence[Result], rules: Sequence[Rule], *, show_suppressed: bool = False,
+           errors: Sequence[TargetError] = ()) -> str:
+    doc = document(results, rules, show_suppressed=show_suppressed, errors=errors)
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

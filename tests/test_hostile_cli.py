@@ -1,0 +1,295 @@
+"""The hostile-input modules as the command runs them: several targets (each failure
+one line and an ``errors`` entry, the others reported, exit 2 after all), output paths,
+--rules-dir and the forward pass behind the user-code boundary, suppression-comment
+problems, allow-builders, the child process (--timeout, the console default)."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from _cli_helpers import LINEAR_LINE, MODEL, run, write_model
+from _hostile import lint
+from test_formats import check_sarif
+
+from shapelint import cli, isolate
+
+GOOD = MODEL.format(in_features=1023, comment="")
+BUILD = "import torch.nn as nn\n\n\ndef build():\n    return nn.Linear(64, 64)\n"
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    write_model(tmp_path)  # model.py: one SL101 finding
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(0)\n")
+    (tmp_path / "t.yaml").write_text("model: shutil:rmtree\nkwargs: {path: victim}\n")
+    return tmp_path
+
+
+def _errors_on_stderr(err: str) -> list[str]:
+    lines = err.strip().splitlines()
+    assert all(ln.startswith("shapelint: error: ") for ln in lines), err
+    return [ln.removeprefix("shapelint: error: ") for ln in lines]
+
+
+# -- several targets (issue 9) -----------------------------------------------------------
+
+
+def test_every_target_is_linted_and_each_failure_is_one_line(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 9: one failing target aborted the run, with no other target's findings."""
+    rc, out, err = lint(["exits.py", "model.py", "t.yaml", "--format", "json", "--select", "SL101"], here, capsys)
+    assert rc == 2
+    messages = _errors_on_stderr(err)
+    assert [m.split(":")[0] for m in messages] == ["exits.py", "t.yaml"]
+    report = json.loads(out)
+    assert [t["target"] for t in report["targets"]] == ["model.py"]
+    assert [(f["target"], f["code"]) for f in report["findings"]] == [("model.py", "SL101")]
+    assert report["errors"] == [{"target": "exits.py", "message": messages[0]},
+                                {"target": "t.yaml", "message": messages[1]}]
+    assert "called sys.exit(0)" in messages[0] and "shutil is not in this YAML's project" in messages[1]
+
+
+def test_text_report_keeps_the_other_targets(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = lint(["model.py", "exits.py", "--select", "SL101"], here, capsys)
+    assert rc == 2 and len(_errors_on_stderr(err)) == 1
+    assert out.startswith("model.py") and "SL101" in out and "exits.py" not in out
+
+
+def test_sarif_says_the_run_was_incomplete(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = lint(["model.py", "t.yaml", "--format", "sarif", "--select", "SL101"], here, capsys)
+    assert rc == 2
+    doc = json.loads(out)
+    check_sarif(doc)
+    (invocation,) = doc["runs"][0]["invocations"]
+    assert invocation["executionSuccessful"] is False
+    (note,) = invocation["toolExecutionNotifications"]
+    assert note["level"] == "error" and note["message"]["text"] == _errors_on_stderr(err)[0]
+    assert note["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "t.yaml"
+    assert [r["ruleId"] for r in doc["runs"][0]["results"]] == ["SL101"]
+    rc, out, _ = lint(["model.py", "--format", "sarif", "--select", "SL101"], here, capsys)
+    assert json.loads(out)["runs"][0]["invocations"] == [{"executionSuccessful": True,
+                                                          "toolExecutionNotifications": []}]
+
+
+def test_a_failing_target_is_in_the_output_file(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = lint(["model.py", "exits.py", "--format", "json", "-o", "r.json"], here, capsys, outputs=("r.json",))
+    assert rc == 2 and [e["target"] for e in json.loads((here / "r.json").read_text())["errors"]] == ["exits.py"]
+
+
+def test_long_errors_are_capped_on_one_line(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 13: a 9,800-character line for an unknown model_type; a transformers 5
+    validation error cut before its reason."""
+    pytest.importorskip("transformers")
+    (here / "a").mkdir()
+    (here / "a" / "config.json").write_text('{"model_type": "no_such_model"}')
+    (here / "b").mkdir()
+    (here / "b" / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 100, "num_attention_heads": 3, "num_hidden_layers": 1,
+        "intermediate_size": 64, "vocab_size": 100}))
+    rc, _, err = lint(["a/config.json", "b/config.json"], here, capsys)
+    unknown, validator = _errors_on_stderr(err)
+    assert rc == 2 and len(unknown) <= 300 and unknown.endswith("…")
+    assert "is not a multiple of the number of attention heads" in validator
+
+
+# -- discovery ------------------------------------------------------------------------
+
+
+def test_verbose_lists_what_was_passed_over(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (here / "build.py").write_text(BUILD)
+    (here / "tree" / "node_modules").mkdir(parents=True)
+    (here / "tree" / "t.yaml").write_text("model: ../build.py:build\ninputs: [[4, 64]]\n")
+    (here / "tree" / "mkdocs.yml").write_text("site_name: x\n")
+    (here / "notes.txt").write_text("hi\n")
+    rc, out, err = run(["tree", "notes.txt", "--no-config", "--skip-other-files", "--verbose", "--format", "json"],
+                       capsys)
+    assert rc == 0, err
+    assert err.splitlines() == [
+        "shapelint: skipped tree/node_modules: a node_modules folder",
+        "shapelint: skipped tree/mkdocs.yml: a YAML file without a top-level model: or hf_config: key",
+        "shapelint: skipped notes.txt: not a .py, .json, .yaml or .yml file",
+    ]
+    assert [t["target"] for t in json.loads(out)["targets"]] == ["tree/t.yaml"]
+
+
+# -- outputs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags", [["-o", "model.py"], ["--dump-graph", "model.py"], ["-o", "./t.yaml"],
+                                   ["--format", "json", "-o", "pyproject.toml", "--config", "pyproject.toml"],
+                                   ["--plot", "link.png"], ["-o", "link.png"]])
+def test_outputs_never_replace_a_file_the_run_reads(here: Path, capsys: pytest.CaptureFixture[str],
+                                                    flags: list[str]) -> None:
+    """Issue 13: ``--dump-graph model.py``, ``-o model.py`` and ``-o config.json``
+    replaced the target."""
+    (here / "link.png").symlink_to("model.py")
+    (here / "pyproject.toml").write_text("[tool.shapelint]\nselect = ['SL101']\n")
+    argv = ["model.py", *(["t.yaml"] if "./t.yaml" in flags else []), *flags]
+    rc, out, err = run(argv if "--config" in flags else [*argv, "--no-config"], capsys)
+    assert rc == 2 and "refusing to overwrite it" in err and len(err.splitlines()) == 1, err
+    assert (here / "model.py").read_text() == GOOD and out == ""
+
+
+def test_one_graph_per_target(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 13: ``--dump-graph`` with several targets kept only the last graph."""
+    (here / "b").mkdir()
+    write_model(here / "b", in_features=512)
+    rc, _, err = lint(["model.py", "b/model.py", "--dump-graph", "g.py"], here, capsys,
+                      outputs=("g-1-model.py", "g-2-model.py"))
+    assert rc == 1, err
+    assert "1023" in (here / "g-1-model.py").read_text() and "512" in (here / "g-2-model.py").read_text()
+    assert not (here / "g.py").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_is_one_line(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = lint(["model.py", "-o", "/dev/full"], here, capsys)
+    assert rc == 2 and "--output /dev/full: No space left on device" in err
+
+
+def test_a_closed_pipe_ends_quietly_with_the_runs_exit_code(here: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13: ``| head`` gave exit 2 in JSON and a silent exit 1 in text."""
+    spare = open(here / "fd", "w")  # noqa: SIM115 - the guard points this descriptor at /dev/null
+
+    class ClosedPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self) -> int:
+            return spare.fileno()
+
+    for fmt in ("json", "text"):
+        monkeypatch.setattr(sys, "stdout", ClosedPipe())
+        assert cli.main(["model.py", "--no-config", "--format", fmt]) == 1
+        monkeypatch.undo()
+        monkeypatch.chdir(here)
+        assert capsys.readouterr().err == ""
+    spare.close()
+
+
+# -- user code: rules, the forward pass ---------------------------------------------------
+
+RULE = '''\
+"""A rule from --rules-dir."""
+from shapelint.rule_api import Example
+CODE, NAME, SEVERITY, BAD, GOOD = "SL901", "user-rule", "warning", [], []
+{body}
+'''
+
+
+@pytest.mark.parametrize("body,expected", [
+    ("print('loading my rule')\nimport sys\nsys.exit(0)\ndef check(g, h, c):\n    return []",
+     "rules/mine.py: importing it called sys.exit(0) instead of returning (its last output: \"loading my rule\")"),
+    ("def check(g, h, c):\n    raise ValueError('my rule broke')",
+     "rules/mine.py: rule SL901: check() raised ValueError: my rule broke"),
+])
+def test_rules_dir_modules_run_behind_the_boundary(here: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch, body: str, expected: str) -> None:
+    """Issue 13: a rule module's sys.exit ended shapelint silently; a check() that raised
+    was an internal error; rule modules left __pycache__."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    (here / "rules").mkdir()
+    (here / "rules" / "mine.py").write_text(RULE.format(body=body))
+    rc, out, err = lint(["model.py", "--rules-dir", "rules", "--format", "json"], here, capsys)
+    assert rc == 2 and expected in err, err
+    assert not (here / "rules" / "__pycache__").exists()
+    if "check()" in expected:  # the rule failed on this target: reported as its error
+        assert json.loads(out)["errors"][0]["message"].endswith(expected)
+
+
+def test_the_forward_pass_is_user_code_too(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 13: what a model's forward printed landed in the JSON on stdout; a
+    forward that exits ended the run."""
+    loud = GOOD.replace("import torch.nn as nn\n", "import torch.nn as nn\n\n\nclass Loud(nn.Linear):\n"
+                        "    def forward(self, x):\n        print('in forward')\n        return super().forward(x)\n")
+    (here / "loud.py").write_text(loud.replace("nn.Sequential(nn.Linear(", "nn.Sequential(Loud("))
+    rc, out, err = lint(["loud.py", "--format", "json"], here, capsys)
+    assert rc == 1 and "in forward" in err and json.loads(out)["findings"]
+    (here / "quits.py").write_text(loud.replace("print('in forward')", "raise SystemExit(0)").replace(
+        "nn.Sequential(nn.Linear(", "nn.Sequential(Loud("))
+    rc, _, err = lint(["quits.py"], here, capsys)
+    assert rc == 2 and "quits.py: forward and backward called sys.exit(0) instead of returning" in err
+
+
+# -- suppression comments ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("comment,expected", [
+    ("# shapelint: ignore[SL101", "malformed '# shapelint: ignore[': no closing ']'"),
+    ("# shapelint: ignore[SL999]", "unknown rule 'SL999'"),
+    ("# shapelint: ignore[sl101]", "'sl101' in '# shapelint: ignore[...]' is not a rule code"),
+])
+def test_a_bad_suppression_comment_is_an_error(here: Path, capsys: pytest.CaptureFixture[str], comment: str,
+                                               expected: str) -> None:
+    """Issue 13: ``ignore[SL202`` (no ``]``) suppressed every rule on its line; unknown
+    and lowercase codes were ignored silently."""
+    write_model(here, comment=comment)
+    rc, out, err = lint(["model.py", "--format", "json", "--select", "SL101"], here, capsys)
+    (message,) = _errors_on_stderr(err)
+    assert rc == 2 and message.startswith(f"model.py:{LINEAR_LINE}: ") and expected in message
+    report = json.loads(out)
+    assert [f["code"] for f in report["findings"]] == ["SL101"]  # it suppressed nothing
+    assert report["errors"] == [{"target": "model.py", "message": message}]
+
+
+# -- allow-builders ---------------------------------------------------------------------
+
+
+def test_allow_builders_in_the_configuration(here: Path, tmp_path_factory: pytest.TempPathFactory,
+                                             capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path_factory.mktemp("site")
+    (site / "menagerie").mkdir()
+    (site / "menagerie" / "__init__.py").write_text("")
+    (site / "menagerie" / "mlp.py").write_text(BUILD)
+    monkeypatch.syspath_prepend(str(site))
+    (here / "z.yaml").write_text("model: menagerie.mlp:build\ninputs: [[4, 64]]\n")
+    rc, _, err = run(["z.yaml", "--no-config"], capsys)
+    assert rc == 2 and "nor allow-listed (allow-builders in the configuration)" in err
+    (here / ".shapelint.yaml").write_text("allow-builders: [menagerie]\n")
+    rc, _, err = run(["z.yaml"], capsys)
+    assert rc == 0, err
+    (here / ".shapelint.yaml").write_text("select: [SL101]\nallow-builders: [shutil]\n")
+    rc, _, err = run(["z.yaml"], capsys)
+    assert rc == 2 and ".shapelint.yaml:2: allow-builders: 'shutil' is part of Python itself" in err
+
+
+# -- the child process ----------------------------------------------------------------------
+
+
+def test_isolation_flags_are_checked(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, expected in ((["--timeout", "0"], "--timeout: must be a positive number of seconds, got 0"),
+                           (["--max-memory", "lots"], "--max-memory: expected a positive size such as 8G"),
+                           (["--timeout", "5", "--no-isolate"], "--timeout and --max-memory need the child")):
+        rc, _, err = run(["model.py", "--no-config", *argv], capsys)
+        assert rc == 2 and expected in err and len(err.splitlines()) == 1, err
+    assert cli._bytes("8G") == 8 * 2**30 and cli._bytes("512m") == 512 * 2**20
+
+
+@pytest.mark.skipif(not isolate.available(), reason="needs os.fork")
+def test_timeout_through_the_cli(here: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    (here / "slow.py").write_text(GOOD.replace("def shapelint_model():\n",
+                                               "def shapelint_model():\n    import time\n    time.sleep(60)\n"))
+    assert cli.main(["slow.py", "--no-config", "--timeout", "0.5"]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and err == "shapelint: error: the lint ran past --timeout 0.5 s and was stopped\n"
+
+
+@pytest.mark.skipif(not isolate.available(), reason="needs os.fork")
+def test_the_console_command_lints_in_a_child(here: Path, capfd: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13: ``os._exit`` in user code escaped every boundary (a silent exit)."""
+    (here / "quits.py").write_text("import os\nos._exit(0)\n")
+    monkeypatch.setattr(sys, "argv", ["shapelint", "quits.py", "--no-config"])
+    assert cli.main() == 2
+    assert capfd.readouterr().err.endswith("user code ended the process with os._exit(0); nothing was reported\n")
+    monkeypatch.setattr(sys, "argv", ["shapelint", "model.py", "--no-config", "--format", "json"])
+    assert cli.main() == 1
+    out, err = capfd.readouterr()
+    assert json.loads(out)["findings"] and err == ""
