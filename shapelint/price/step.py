@@ -31,12 +31,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 from shapelint.hardware import Hardware
 from shapelint.physics.reshape import set_dim
 from shapelint.price.gemm import gemm_ms
-from shapelint.records import DTYPE_BYTES, Gemm, Op, Slice
+from shapelint.records import Gemm, Op, Slice
 
 Mode = Literal["eager", "compile"]
 MODES: tuple[Mode, ...] = ("eager", "compile")
@@ -99,6 +100,11 @@ class Step:
     #: (element count, bytes per element) of each trained parameter
     params: Sequence[tuple[int, int]]
     training: bool = True
+
+    @cached_property
+    def regions(self) -> list[Fused]:
+        """The fused kernels of a compiled step (they do not depend on GEMM times)."""
+        return fused_regions(self.ops)
 
 
 # -- kernels ---------------------------------------------------------------------------
@@ -262,7 +268,7 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
             add(op.kind, op_ms(op, hw))
             kernels += 1
     if mode == "compile":
-        for region in fused_regions(step.ops):
+        for region in step.regions:
             ms = max(memory_kernel_ms(region.bytes, hw.step.elementwise_efficiency, hw),
                      region.kernels * hw.step.min_kernel_us * 1e-3)
             add("fused", ms)
@@ -309,4 +315,4 @@ def side_ms(slices: Iterable[Slice], hw: Hardware, mode: Mode, training: bool) -
 
 
 __all__ = ["MODES", "Mode", "Step", "StepTime", "compiled_gemm_ms", "fused_regions", "op_ms", "optimizer_ms",
-           "pad_mm_padded", "side_ms", "slice_ms", "step_time", "DTYPE_BYTES"]
+           "pad_mm_padded", "side_ms", "slice_ms", "step_time"]
