@@ -40,7 +40,6 @@ from shapelint.records import (
     Gemm,
     Proposal,
     SizeSearch,
-    Slice,
     Work,
 )
 
@@ -101,16 +100,10 @@ class StepModel:
     def after(self, findings: Iterable[Finding]) -> StepTime:
         """The step with every given (unsuppressed) finding applied; a GEMM two findings
         cover counts once, at the better after-time."""
-        times: dict[int, float] = {}
-        slices: dict[Slice, None] = {}
-        for f in findings:
-            if f.suppressed or f.gain == "throughput":
-                continue
-            for i, ms in zip(f.gemms, f.gemm_ms_after):
-                times[i] = min(times.get(i, ms), ms)
-            slices.update(dict.fromkeys(f.slices))
+        applied = [f for f in findings if f.gain != "throughput"]
+        slices = dict.fromkeys(s for f in applied if not f.suppressed for s in f.slices)
         extra = side_ms(slices, self.hw, self.mode, self.step.training)
-        return step_time(self.step, self.hw, self.mode, self.optimizer, times, extra)
+        return step_time(self.step, self.hw, self.mode, self.optimizer, best_after(applied), extra)
 
     def priced(self, f: Finding) -> tuple[Finding, float]:
         """``f`` with its step saving, and the GPU time it saves (the policy's measure)."""
@@ -119,8 +112,7 @@ class StepModel:
         after = self.after([f])
         gpu_saved = self.before.gpu_ms - after.gpu_ms
         note = ""
-        if self.mode == "compile" and any(pad_mm_padded(self.step.gemms[i], self.hw) for i in f.gemms
-                                          if i < len(self.step.gemms)):
+        if self.mode == "compile" and any(pad_mm_padded(self.step.gemms[i], self.hw) for i in f.gemms):
             note = "under torch.compile, Inductor's pad_mm pads these GEMMs itself; this is what remains"
         elif after.bound == "host" and gpu_saved > 0:
             note = (f"the step is bound by the host issuing its {self.before.kernels} kernels "
@@ -281,11 +273,18 @@ def _deduplicated(findings: Sequence[Finding]) -> list[Finding]:
 def step_estimate(gemms: Sequence[Gemm], findings: Sequence[Finding], hw: Hardware) -> StepEstimate:
     """Each GEMM counts once, at the best time any unsuppressed finding covering it promises."""
     before = {g.index: gemm_ms(g, hw) for g in gemms}
-    best = dict(before)
+    after = best_after(findings)
+    best = {i: min(ms, after.get(i, ms)) for i, ms in before.items()}
+    return StepEstimate(sum(before.values()), sum(best.values()))
+
+
+def best_after(findings: Iterable[Finding]) -> dict[int, float]:
+    """Each covered GEMM's best after-time over the unsuppressed findings (a GEMM two
+    findings cover counts once)."""
+    times: dict[int, float] = {}
     for f in findings:
         if f.suppressed:
             continue
-        for idx, ms in zip(f.gemms, f.gemm_ms_after):
-            if idx in best:
-                best[idx] = min(best[idx], ms)
-    return StepEstimate(sum(before.values()), sum(best.values()))
+        for i, ms in zip(f.gemms, f.gemm_ms_after):
+            times[i] = min(times.get(i, ms), ms)
+    return times

@@ -233,7 +233,8 @@ def _fuse(run: Sequence[Op], readers: Mapping[int, set[int]]) -> Fused:
         for serial, nbytes in op.writes:
             # kept on chip only when every reader is inside the run (a tensor nothing
             # reads is a result: a gradient the optimizer reads, the loss)
-            if not readers.get(serial, set()) <= inside or not readers.get(serial):
+            read_by = readers.get(serial)
+            if not read_by or not read_by <= inside:
                 write_bytes[serial] = max(write_bytes.get(serial, 0), nbytes)
     reductions = sum(1 for op in run if op.kind == "reduction")
     return Fused(tuple(op.index for op in run), sum(read_bytes.values()) + sum(write_bytes.values()),
