@@ -56,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true",
                    help="on a CUDA GPU: time each finding's GEMMs before and after its suggestion "
                         "(findings measured below the reporting threshold are marked not confirmed)")
+    p.add_argument("--fix", action="store_true",
+                   help="apply the findings' suggestions to the files that set the sizes (config.json, shapelint "
+                        "YAML, integer literals in Python), then lint the edited targets again")
+    p.add_argument("--diff", action="store_true", help="print the edits --fix would make as a unified diff; "
+                                                         "write nothing")
+    p.add_argument("--unsafe-fixes", action="store_true",
+                   help="also fix what changes the model beyond padding (head_dim, heads, a smaller layer)")
     p.add_argument("--dump-graph", metavar="FILE", help="write the joint forward+backward FX graph's code")
     p.add_argument("--list-rules", action="store_true", help="list the rules and exit")
     p.add_argument("--verbose", "-v", action="store_true", help="add the full GEMM table")
@@ -134,18 +141,31 @@ def _run(argv: list[str]) -> int:
     paths = discover(args.targets)
     if args.skip_other_files:
         paths = [p for p in paths if _looks_like_target(p)]
-    reader = suppress.LineReader()
-    results = []
-    for path in paths:
+
+    def lint_one(path: Path) -> Any:
         own = _target_settings(path)
         opts = _options(flags, cfg, own, args.dump_graph)
         hw = cli_hw or (None if "gpu" in own else cfg_hw)
         r = lint_target(path, opts, hw, rules)
         findings = [f for f in r.findings if not module_ignored(f, cfg.per_module_ignores)]
-        results.append(with_findings(r, suppress.apply(findings, reader)))
+        return with_findings(r, suppress.apply(findings, suppress.LineReader()))
+
+    results = [lint_one(path) for path in paths]
+    fixing = None
+    if args.fix or args.diff:
+        from shapelint import fix
+
+        fixing = fix.run(results, lint_one, write=args.fix and not args.diff, unsafe=args.unsafe_fixes)
+        results = fixing.results
     if args.verify:
         results = _verify(results, args)
-    _write(results, args, fmt, rules)
+    if args.diff:
+        sys.stdout.write(fixing.diff if fixing else "")
+    else:
+        _write(results, args, fmt, rules)
+    if fixing:
+        notes_to = sys.stdout if fmt == "text" and not args.output and not args.diff else sys.stderr
+        print("\n".join(fixing.notes), file=notes_to)
     if args.statistics:
         from shapelint.report import text
 
