@@ -83,7 +83,8 @@ class Report:
         return table.html(self.result)
 
     def __repr__(self) -> str:
-        return (f"<shapelint.Report {self.target}: {len(self.findings)} findings, {len(self.gemms)} GEMMs, "
+        n = len(self.findings)
+        return (f"<shapelint.Report {self.target}: {n} finding{'s' if n != 1 else ''}, {len(self.gemms)} GEMMs, "
                 f"{self.step.ms:.3f} ms → {self.step.ms_after:.3f} ms per step (est., {self.hardware.key})>")
 
 
