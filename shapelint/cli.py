@@ -57,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true",
                    help="on a CUDA GPU: time each finding's GEMMs before and after its suggestion "
                         "(findings measured below the reporting threshold are marked not confirmed)")
+    p.add_argument("--fix", action="store_true",
+                   help="apply the findings' suggestions to the files that set the sizes (config.json, shapelint "
+                        "YAML, integer literals in Python), then lint the edited targets again")
+    p.add_argument("--diff", action="store_true", help="print the edits --fix would make as a unified diff; "
+                                                         "write nothing")
+    p.add_argument("--unsafe-fixes", action="store_true",
+                   help="also fix what changes the model beyond padding (head_dim, heads, a smaller layer)")
     p.add_argument("--dump-graph", metavar="FILE", help="write the joint forward+backward FX graph's code")
     p.add_argument("--list-rules", action="store_true", help="list the rules and exit")
     p.add_argument("--verbose", "-v", action="store_true", help="add the full GEMM table")
@@ -207,27 +214,48 @@ def _run(argv: list[str]) -> int:
     paths = _targets(args)
     _check_outputs(args, paths, cfg.file)
     graphs = outputs.graph_paths(args.dump_graph, paths) if args.dump_graph else [None] * len(paths)
+    graph_of = dict(zip(paths, graphs))
     known = {r.code for r in all_rules} | {r.name for r in all_rules}
     reader = suppress.LineReader()
+
+    def lint_one(path: Path, reader: suppress.LineReader) -> Any:
+        own = _target_settings(path)
+        graph = graph_of.get(path)
+        opts = _options(flags, cfg, own, None if graph is None else str(graph))
+        hw = cli_hw or (None if "gpu" in own else cfg_hw)
+        r = lint_target(path, opts, hw, rules)
+        findings = [f for f in r.findings if not module_ignored(f, cfg.per_module_ignores)]
+        return with_findings(r, suppress.apply(findings, reader))
+
     results, errors = [], []
-    for path, graph in zip(paths, graphs):
+    for path in paths:
         try:
-            own = _target_settings(path)
-            opts = _options(flags, cfg, own, None if graph is None else str(graph))
-            hw = cli_hw or (None if "gpu" in own else cfg_hw)
-            r = lint_target(path, opts, hw, rules)
+            r = lint_one(path, reader)
         except Exception as exc:
             if args.debug:
                 raise
             errors.append(_failed(path, exc))
             continue
-        findings = [f for f in r.findings if not module_ignored(f, cfg.per_module_ignores)]
-        results.append(with_findings(r, suppress.apply(findings, reader)))
+        results.append(r)
         errors += [_failed(path, ShapelintError(str(problem)))
                    for problem in _suppression_problems(r, known, reader)]
+    fixing = None
+    if args.fix or args.diff:
+        from shapelint import fix
+
+        # edited files are read afresh: a new LineReader per re-lint
+        fixing = fix.run(results, lambda p: lint_one(p, suppress.LineReader()),
+                         write=args.fix and not args.diff, unsafe=args.unsafe_fixes)
+        results = fixing.results
     if args.verify:
         results = _verify(results, args)
-    _write(results, args, fmt, rules, errors)
+    if args.diff:
+        sys.stdout.write(fixing.diff if fixing else "")
+    else:
+        _write(results, args, fmt, rules, errors)
+    if fixing:
+        notes_to = sys.stdout if fmt == "text" and not args.output and not args.diff else sys.stderr
+        print("\n".join(fixing.notes), file=notes_to)
     if args.statistics:
         from shapelint.report import text
 

@@ -99,6 +99,12 @@ def vocab_sizes(model: torch.nn.Module) -> frozenset[int]:
 def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[Rule]) -> Result:
     """Lint one target; ``hw`` None means the target's own ``gpu`` setting, else the default GPU."""
     loaded = load(path, batch=opts.batch, seq=opts.seq, dtype=opts.dtype, allow_builders=opts.allow_builders)
+    return lint_loaded(loaded, opts, hw, rules)
+
+
+def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Sequence[Rule]) -> Result:
+    """Capture, check and price a loaded model (a target file's, or a model the Python API was given)."""
+    path = loaded.target
     precision = resolve_precision(opts, loaded)
     if hw is None:
         hw = hardware.resolve(str(loaded.settings["gpu"])) if "gpu" in loaded.settings else hardware.default_gpu()
@@ -144,7 +150,7 @@ def with_findings(result: Result, findings: list[Finding]) -> Result:
                    step_time_after=after)
 
 
-__all__ = ["Options", "Result", "TargetError", "lint_target", "with_findings"]
+__all__ = ["Options", "Result", "TargetError", "lint_loaded", "lint_target", "with_findings"]
 
 
 def trace(build: Callable[[], tuple[torch.nn.Module, Any]], *, precision: str = "bf16",

@@ -85,8 +85,8 @@ SETTINGS: tuple[Setting, ...] = (
                                      "least X (default 1.05)", 1.05),
     Setting("min-loss", "fraction", "report findings that save at least this fraction of the time of the "
                                     "work they cover (default 0.05)", 0.05),
-    Setting("min-step-share", "fraction", "report findings that save at least this fraction of the step's "
-                                          "estimated GEMM time (default 0.01)", 0.01),
+    Setting("min-step-share", "fraction", "report findings that save at least this fraction of the "
+                                          "estimated training step (default 0.01)", 0.01),
     Setting("exit-zero", "bool", "exit 0 even with findings (errors still exit 2)", False),
     Setting("compile", "bool", "price the step as torch.compile (Inductor, default mode) runs it: fused "
                                "elementwise chains, GEMMs that pad_mm pads itself (default: eager)", False),

@@ -1,0 +1,64 @@
+"""The Python API: lint() on a model the user holds leaves it untouched and allocates
+nothing; the Report's JSON and HTML; the README's notebook session runs as written."""
+
+from __future__ import annotations
+
+import doctest
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import EXAMPLES, ROOT
+
+import shapelint
+from shapelint.errors import ShapelintError
+
+
+def test_lint_leaves_the_users_model_as_it_was() -> None:
+    model = nn.Sequential(nn.Linear(1023, 4096), nn.ReLU(), nn.Linear(4096, 1000)).eval()
+    before = {name: (p, p.detach().clone(), p.requires_grad) for name, p in model.named_parameters()}
+    x = torch.randn(8192, 1023)
+    report = shapelint.lint(model, x, gpu="h100", dtype="bf16")
+    assert [(f.code, f.module, str(f.suggestion)) for f in report.findings] == [
+        ("SL101", "0", "in_features: 1023 → 1024")]
+    assert len(report.gemms) == 5 and report.step.ms > report.step.ms_after > 0  # 3n−1 GEMMs, n = 2, training
+    assert not model.training  # capture trained a copy
+    for name, p in model.named_parameters():
+        same, values, grad = before[name]
+        assert p is same and p.dtype == torch.float32 and p.requires_grad == grad and torch.equal(p, values)
+    assert x.dtype == torch.float32 and x.grad is None
+    doc = report.to_json()
+    assert doc["summary"]["gemm_count"] == 5 and doc["findings"][0]["suggestion"]["to"] == 1024
+
+
+def test_lint_on_meta_and_inference() -> None:
+    model = nn.Linear(4096, 50257, device="meta")
+    report = shapelint.lint(model, torch.randn(8192, 4096, device="meta"), training=False)
+    assert model.weight.device.type == "meta"
+    assert len(report.gemms) == 1 and report.findings[0].suggestion == shapelint.Suggestion("out_features", 50257, 50264)
+
+
+def test_lint_target_and_errors() -> None:
+    report = shapelint.lint_target(EXAMPLES / "mlp.yaml")
+    assert {str(f.suggestion) for f in report.findings} == {"out_features: 5461 → 5464", "in_features: 5461 → 5464"}
+    with pytest.raises(ShapelintError, match="unknown GPU"):
+        shapelint.lint(nn.Linear(8, 8), torch.randn(8, 8), gpu="tpu")
+    with pytest.raises(ShapelintError, match="dtype="):
+        shapelint.lint(nn.Linear(8, 8), torch.randn(8, 8), dtype="int4")
+
+
+def test_readme_notebook_session() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- the test suite runs this session \(tests/test_api.py\) -->\n```python\n(.*?)```",
+                      readme, re.S)
+    assert block is not None
+    test = doctest.DocTestParser().get_doctest(block.group(1), {}, "README", "README.md", 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test, clear_globs=False)
+    assert runner.summarize(verbose=False).failed == 0
+    assert runner.summarize(verbose=False).attempted == 9
+    html = test.globs["report"]._repr_html_()
+    # the finding's code, module and suggestion, in cells of the table
+    for cell in ("SL101", "2", "out_features: 50257 → 50264"):
+        assert f"<td>{cell}</td>" in html
