@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from shapelint import __version__
+from shapelint import __version__, cached
+from shapelint.cache import Store
 from shapelint.errors import ShapelintError
 from shapelint.settings import Settings, add_flags, default, from_args, merged
 
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="model.py (defining shapelint_model()), a Hugging Face config.json, a shapelint "
-                        "YAML, or a directory of configs")
+                        "YAML, or a directory of configs (default: the configuration's targets)")
     add_flags(p)  # every setting a configuration file can also set (shapelint.settings)
     p.add_argument("--gpu-profile", metavar="FILE", help="a GPU profile YAML (e.g. from `shapelint calibrate`)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
@@ -58,6 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "(findings measured below the reporting threshold are marked not confirmed)")
     p.add_argument("--dump-graph", metavar="FILE", help="write the joint forward+backward FX graph's code")
     p.add_argument("--list-rules", action="store_true", help="list the rules and exit")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the result cache (also: SHAPELINT_NO_CACHE=1)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="where the result cache lives (default .shapelint_cache at the project root; also: "
+                        "SHAPELINT_CACHE_DIR); `shapelint clean` deletes it")
+    p.add_argument("--hook", action="store_true",
+                   help="pre-commit mode: the TARGETs are changed files; lint the configured targets whose "
+                        "recorded dependencies include one of them (or never linted here), and the changed "
+                        "files that are targets")
     p.add_argument("--verbose", "-v", action="store_true", help="add the full GEMM table")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version", version=f"shapelint {__version__}")
@@ -80,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv[:1] == ["calibrate"]:
             return _calibrate(argv[1:])
+        if argv[:1] == ["clean"]:
+            return _clean(argv[1:])
         return _run(argv)
     except ShapelintError as exc:
         if debug:
@@ -106,6 +117,11 @@ def _run(argv: list[str]) -> int:
     cfg = load_config(args.config, search=not args.no_config)
     flags = from_args(args)
     given = merged(flags, cfg)
+    session = None
+    if not args.list_rules:  # before the rules: loading them imports torch, a replay does not
+        session = cached.start(args, cfg, flags)
+        if session.rc is not None:
+            return session.rc
     all_rules = check.load_rules(args.rules_dir)
     _check_config_codes(cfg, all_rules)
     rules = check.select_rules(all_rules, given.select or [], given.ignore or [])
@@ -113,8 +129,10 @@ def _run(argv: list[str]) -> int:
         for rule in rules:
             print(f"{rule.code}  {rule.name:32} {rule.summary}")
         return 0
-    if not args.targets:
-        raise ShapelintError("no target given (try: shapelint examples/mlp.py)")
+    assert session is not None
+    if not session.paths:
+        raise ShapelintError("no target given (try: shapelint examples/mlp.py, or targets = [...] in the "
+                             "configuration)")
     fmt = _or_default(given.format, "format")
     if args.plot:
         from shapelint.report import plot
@@ -128,29 +146,26 @@ def _run(argv: list[str]) -> int:
 
     from shapelint import suppress
     from shapelint.config import module_ignored
-    from shapelint.lint import lint_target, with_findings
-    from shapelint.load import discover
+    from shapelint.lint import with_findings
 
-    paths = discover(args.targets)
-    if args.skip_other_files:
-        paths = [p for p in paths if _looks_like_target(p)]
     reader = suppress.LineReader()
     results = []
-    for path in paths:
+    for path in session.paths:
         own = _target_settings(path)
         opts = _options(flags, cfg, own, args.dump_graph)
         hw = cli_hw or (None if "gpu" in own else cfg_hw)
-        r = lint_target(path, opts, hw, rules)
+        r = session.lint(path, opts, hw, rules)
         findings = [f for f in r.findings if not module_ignored(f, cfg.per_module_ignores)]
         results.append(with_findings(r, suppress.apply(findings, reader)))
     if args.verify:
         results = _verify(results, args)
-    _write(results, args, fmt, rules)
-    if args.statistics:
-        from shapelint.report import text
+    with session.recording(args.output):
+        _write(results, args, fmt, rules)
+        if args.statistics:
+            from shapelint.report import text
 
-        to_stderr = fmt != "text" and not args.output
-        text.statistics(results, sys.stderr if to_stderr else sys.stdout, show_suppressed=args.show_suppressed)
+            to_stderr = fmt != "text" and not args.output
+            text.statistics(results, sys.stderr if to_stderr else sys.stdout, show_suppressed=args.show_suppressed)
     if args.plot and results:
         from shapelint.report import plot
 
@@ -159,7 +174,7 @@ def _run(argv: list[str]) -> int:
 
     count = sum(1 for r in results for f in r.findings if not f.suppressed and confirmed(f))
     exit_zero = _or_default(given.exit_zero, "exit-zero")
-    return 1 if count and not exit_zero else 0
+    return session.done(1 if count and not exit_zero else 0)
 
 
 def _calibrate(argv: list[str]) -> int:
@@ -169,6 +184,18 @@ def _calibrate(argv: list[str]) -> int:
     hw = calibrate.run(args.output)
     print(f"wrote {args.output}: {hw.name}, bf16 {hw.peak_tflops('bf16'):.0f} TFLOP/s, "
           f"{hw.bandwidth / 1e12:.2f} TB/s (use it with --gpu-profile {args.output})")
+    return 0
+
+
+def _clean(argv: list[str]) -> int:
+    p = _Parser(prog="shapelint clean", description="Delete the result cache (.shapelint_cache at the project root).")
+    p.add_argument("--cache-dir", metavar="DIR", help="the cache folder to delete instead")
+    p.add_argument("--config", metavar="FILE", help="the configuration file that marks the project root")
+    args = p.parse_args(argv)
+    from shapelint.config import load_config
+
+    folder = cached.folder(args.cache_dir, load_config(args.config))
+    print(f"removed {folder}" if Store(folder).clear() else f"no cache at {folder}")
     return 0
 
 
@@ -271,29 +298,6 @@ def _target_settings(path: Path) -> set[str]:
     except Exception:
         return set()
     return {k for k in _TARGET_SETTINGS if k in doc}
-
-
-_PY_TARGET = re.compile(
-    r"^\s*(?:async\s+)?def\s+shapelint_model\b|^\s*shapelint_model\s*=|^\s*from\s+\S+\s+import\b.*\bshapelint_model\b",
-    re.MULTILINE)
-_YAML_TARGET = re.compile(r"^[\"']?(?:model|hf_config)[\"']?\s*:", re.MULTILINE)
-
-
-def _looks_like_target(path: Path) -> bool:
-    """For --skip-other-files: could this file be a shapelint target? (read, never imported)"""
-    if path.is_dir():
-        return True
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return True  # let the loader report it
-    if path.suffix == ".py":
-        return _PY_TARGET.search(text) is not None
-    if path.suffix == ".json":
-        return path.name == "config.json" or '"model_type"' in text
-    if path.suffix in (".yaml", ".yml"):
-        return _YAML_TARGET.search(text) is not None
-    return False
 
 
 def _write(results: list, args: argparse.Namespace, fmt: str, rules: Sequence[Rule]) -> None:

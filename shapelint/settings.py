@@ -23,7 +23,8 @@ FORMATS = ("text", "json", "sarif", "github")
 #: optimizers the step model prices (``--optimizer`` and the ``optimizer`` key)
 OPTIMIZERS = ("adamw", "adam", "sgd", "none")
 
-Kind = Literal["gpu", "dtype", "format", "optimizer", "positive", "number", "fraction", "bool", "codes", "per-module"]
+Kind = Literal["gpu", "dtype", "format", "optimizer", "positive", "number", "fraction", "bool", "codes", "per-module",
+               "paths"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Settings:
     exit_zero: bool | None = None
     compile: bool | None = None
     optimizer: str | None = None
+    targets: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ SETTINGS: tuple[Setting, ...] = (
                                "elementwise chains, GEMMs that pad_mm pads itself (default: eager)", False),
     Setting("optimizer", "optimizer", "the optimizer step the step model prices: adamw (fused, the default), "
                                       "adam, sgd, or none", "adamw"),
+    Setting("targets", "paths", "what `shapelint` with no TARGET lints: files, directories and globs, relative to "
+                                "the configuration file", [], flag=False),
 )
 
 BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
@@ -214,6 +218,13 @@ def _per_module(value: Any, where: str) -> dict[str, list[str]]:
     return out
 
 
+def _paths(value: Any, where: str) -> list[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) and i.strip() for i in items):
+        raise ShapelintError(f"{where}: expected a list of paths or globs (non-empty strings), got {describe(value)}")
+    return [i.strip() for i in items]
+
+
 #: each kind's validator: a parsed value (TOML/YAML/JSON, or converted from a flag) → the setting's value
 VALIDATORS: dict[Kind, Callable[[Any, str], Any]] = {
     "gpu": _gpu,
@@ -226,6 +237,7 @@ VALIDATORS: dict[Kind, Callable[[Any, str], Any]] = {
     "bool": _bool,
     "codes": _codes,
     "per-module": _per_module,
+    "paths": _paths,
 }
 
 
