@@ -146,13 +146,15 @@ def environment() -> str:
 
 
 def terminal() -> dict[str, Any]:
-    """How the text report will look: a terminal or not, its size, the colour settings."""
+    """How the text report will look: a terminal or not, the colour settings, and on
+    a terminal its size (elsewhere the report is 120 columns wide)."""
     tty = sys.stdout.isatty()
+    names = _TERMINAL_VARS if tty else tuple(v for v in _TERMINAL_VARS if v not in ("COLUMNS", "LINES"))
     size = None
     if tty:
         with contextlib.suppress(OSError):
             size = tuple(os.get_terminal_size(sys.stdout.fileno()))
-    return {"tty": tty, "size": size, "env": {v: os.environ.get(v) for v in _TERMINAL_VARS}}
+    return {"tty": tty, "size": size, "env": {v: os.environ.get(v) for v in names}}
 
 
 # -- the store ------------------------------------------------------------------------
