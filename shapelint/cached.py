@@ -67,22 +67,38 @@ class Session:
         self.run = {**run, "targets": [str(p) for p in paths]}
         #: the exit code when the run is over before linting (a replay, a hook with nothing to lint)
         self.rc: int | None = None
-        self._entries: list[str] = []
+        #: whether the command line or the configuration named any target (filters may leave none)
+        self.named = True
         self._replay: Replay | None = None
 
     def _options(self, path: Path) -> str:
         """The key of what decides ``path``'s result besides its files and the environment."""
         return digest({**self.parts, "target": str(path)})
 
+    def lint_all(self, jobs: Sequence[tuple[Path, Options, Hardware | None]], rules: Sequence[Rule],
+                 workers: int) -> list[Result]:
+        """Each job's result, from the cache or linted, on up to ``workers`` processes
+        (:mod:`shapelint.parallel`), with a progress display on a terminal."""
+        from shapelint import parallel, progress
+
+        results: dict[int, Result] = {}
+        for i, (path, _, _) in enumerate(jobs):
+            hit = self.store.load(path, self._options(path)) if self.store is not None else None
+            if hit is not None:
+                results[i] = hit
+        todo = [i for i in range(len(jobs)) if i not in results]
+        with progress.linting([jobs[i][0] for i in todo]) as done:
+            fresh = parallel.run(lambda k: self.lint(*jobs[todo[k]], rules), len(todo), workers, done)
+        results.update(zip(todo, fresh))
+        return [results[i] for i in range(len(jobs))]
+
     def lint(self, path: Path, opts: Options, hw: Hardware | None, rules: Sequence[Rule]) -> Result:
+        """Lint ``path``, recording what it depended on in a new cache entry."""
         from shapelint.lint import lint_target
 
         if self.store is None:
             return lint_target(path, opts, hw, rules)
         key = self._options(path)
-        cached = self.store.load(path, key)
-        if cached is not None:
-            return cached
         with deps.recording() as opened:
             result = lint_target(path, opts, hw, rules)
         files = set(opened) | {str(path / "config.json") if path.is_dir() else str(path)}
@@ -143,6 +159,7 @@ def start(args: argparse.Namespace, cfg: Config, flags: Settings) -> Session:
         if args.skip_other_files:
             paths = [p for p in paths if looks_like_target(p)]
     session = Session(paths, store, parts, run)
+    session.named = bool(args.targets or configured)
     if args.hook and not paths:
         session.rc = 0  # the commit touches no target and no target's dependency
     elif store is not None and paths:

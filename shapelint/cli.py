@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from shapelint import __version__, cached
+from shapelint import __version__, cached, parallel
 from shapelint.cache import Store
 from shapelint.errors import ShapelintError
 from shapelint.settings import Settings, add_flags, default, from_args, merged
@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", metavar="DIR",
                    help="where the result cache lives (default .shapelint_cache at the project root; also: "
                         "SHAPELINT_CACHE_DIR); `shapelint clean` deletes it")
+    p.add_argument("--jobs", "-j", type=_jobs, metavar="N",
+                   help="lint up to N targets at once, in worker processes (default: the available cores)")
     p.add_argument("--hook", action="store_true",
                    help="pre-commit mode: the TARGETs are changed files; lint the configured targets whose "
                         "recorded dependencies include one of them (or never linted here), and the changed "
@@ -71,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version", version=f"shapelint {__version__}")
     return p
+
+
+def _jobs(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
 
 
 def calibrate_parser() -> argparse.ArgumentParser:
@@ -130,7 +138,7 @@ def _run(argv: list[str]) -> int:
             print(f"{rule.code}  {rule.name:32} {rule.summary}")
         return 0
     assert session is not None
-    if not session.paths:
+    if not session.named:
         raise ShapelintError("no target given (try: shapelint examples/mlp.py, or targets = [...] in the "
                              "configuration)")
     fmt = _or_default(given.format, "format")
@@ -150,11 +158,12 @@ def _run(argv: list[str]) -> int:
 
     reader = suppress.LineReader()
     results = []
+    jobs = []
     for path in session.paths:
         own = _target_settings(path)
         opts = _options(flags, cfg, own, args.dump_graph)
-        hw = cli_hw or (None if "gpu" in own else cfg_hw)
-        r = session.lint(path, opts, hw, rules)
+        jobs.append((path, opts, cli_hw or (None if "gpu" in own else cfg_hw)))
+    for r in session.lint_all(jobs, rules, 1 if args.dump_graph else args.jobs or parallel.cores()):
         findings = [f for f in r.findings if not module_ignored(f, cfg.per_module_ignores)]
         results.append(with_findings(r, suppress.apply(findings, reader)))
     if args.verify:

@@ -13,6 +13,13 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
+@pytest.fixture(autouse=True)
+def _one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Targets are linted in this process (capsys sees what user code prints) unless a
+    test asks for --jobs."""
+    monkeypatch.setattr("shapelint.parallel.cores", lambda: 1)
+
+
 @pytest.fixture
 def examples() -> Path:
     return EXAMPLES
