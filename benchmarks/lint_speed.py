@@ -82,12 +82,12 @@ def once(argv: list[str]) -> dict:
 
 
 def directory(tmp: Path, repeat: int) -> dict:
-    """10 GPT-2-sized configs (widths 768 to 1344), cold, one process vs all cores."""
+    """10 GPT-2-sized configs (widths 768 to 1200, 12 heads), cold, one process vs all cores."""
     folder = tmp / "configs"
     base = MODELS["gpt2-small"][0]
     for i in range(10):
         (folder / f"m{i}").mkdir(parents=True)
-        (folder / f"m{i}" / "config.json").write_text(json.dumps({**base, "n_embd": 768 + 64 * i}))
+        (folder / f"m{i}" / "config.json").write_text(json.dumps({**base, "n_embd": 768 + 48 * i}))
     argv = [sys.executable, "-c", SHAPELINT, str(folder), "--batch", "8", "--seq", "1024", "--gpu", "h100",
             "--format", "json", "-o", os.devnull, "--no-cache"]
     return {"configs": 10, "one_process": timed([*argv, "--jobs", "1"], repeat), "workers": timed(argv, repeat)}

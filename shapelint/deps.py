@@ -37,7 +37,7 @@ def _audit(event: str, args: tuple[object, ...]) -> None:
         return
     path, mode = args[0], args[1] if len(args) > 1 else "r"
     if isinstance(path, str) and (mode is None or not any(c in str(mode) for c in "wax+")):
-        _opened.add(path)
+        _opened.add(os.path.abspath(path))  # now: user code may change the working directory
 
 
 @contextlib.contextmanager

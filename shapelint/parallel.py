@@ -1,5 +1,8 @@
 """Several targets linted at once, in worker processes forked after torch and the
-rules are imported (each worker pays no import), one per available core.
+rules are imported, one per available core. The first target is linted in this
+process before the workers fork: it imports what linting needs beyond torch
+(transformers and the model's modeling code, ``torch._dynamo``), which every worker
+then shares instead of importing it again.
 
 A job is ``fn(index)`` over module state set before the workers fork, so nothing
 but the index goes to a worker (user rule modules, which are forgotten after import,
@@ -40,7 +43,7 @@ def run(fn: Callable[[int], T], count: int, jobs: int, done: Callable[[int], Non
     is called in this process as each finishes. The first exception is raised."""
     from shapelint.isolate import available
 
-    jobs = min(jobs, count)
+    jobs = min(jobs, count - 1)
     if jobs <= 1 or not available():
         out = []
         for i in range(count):
@@ -55,10 +58,14 @@ def run(fn: Callable[[int], T], count: int, jobs: int, done: Callable[[int], Non
 
     global _job
     _job = fn
-    results: dict[int, T] = {}
+    results: dict[int, T] = {0: fn(0)}  # the imports every worker shares
+    done(0)
+    import gc
+
+    gc.freeze()  # the workers' collections then skip the inherited objects (no copy-on-write of them all)
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"))
     try:
-        futures = {pool.submit(_call, i): i for i in range(count)}
+        futures = {pool.submit(_call, i): i for i in range(1, count)}
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
@@ -70,6 +77,7 @@ def run(fn: Callable[[int], T], count: int, jobs: int, done: Callable[[int], Non
                              "rerun with --jobs 1 to see which target") from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        gc.unfreeze()
         _job = None
     return [results[i] for i in range(count)]
 
