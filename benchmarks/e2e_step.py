@@ -23,8 +23,8 @@ import torch.nn.functional as F
 
 from shapelint.check import builtin_rules
 from shapelint.hardware import default_gpu, resolve
-from shapelint.lint import Options, lint_target
 from shapelint.padding import mask_padded_logits
+from shapelint.pipeline import Options, lint_target
 
 ROOT = Path(__file__).resolve().parent.parent
 

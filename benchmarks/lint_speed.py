@@ -1,13 +1,17 @@
 """Wall time and peak RSS of `shapelint` (import included) on GPT-2 small, a
 Llama-7B shape and the Llama-2-70B shape, beside torch.utils.flop_counter's
 FlopCounterMode on the same models (forward + backward on fake tensors), each
-in a fresh process, in the same run.
+in a fresh process, in the same run; then the same shapelint command again with the
+result cache warm (nothing changed: replayed without importing torch), and a
+directory of 10 GPT-2-sized configs, cold, in one process (--jobs 1) and on worker
+processes over the available cores.
 
     python benchmarks/lint_speed.py [--out benchmarks/results/lint_speed.json]
 
 Each number is the median of --repeat fresh processes (default 3): single runs on
-this machine vary by 10-15%. Targets: shapelint no slower than FlopCounterMode;
-70B under 15 s and 600 MiB peak RSS.
+this machine vary by 10-15%. Cold runs pass --no-cache. Targets: shapelint at most
+0.8x FlopCounterMode's wall time (70B: 0.6x), peak RSS under 600 MiB, a cached
+re-run under 0.5 s.
 """
 
 from __future__ import annotations
@@ -77,11 +81,24 @@ def once(argv: list[str]) -> dict:
     return {"wall_s": round(wall, 2), **json.loads(last[-1])}
 
 
+def directory(tmp: Path, repeat: int) -> dict:
+    """10 GPT-2-sized configs (widths 768 to 1200, 12 heads), cold, one process vs all cores."""
+    folder = tmp / "configs"
+    base = MODELS["gpt2-small"][0]
+    for i in range(10):
+        (folder / f"m{i}").mkdir(parents=True)
+        (folder / f"m{i}" / "config.json").write_text(json.dumps({**base, "n_embd": 768 + 48 * i}))
+    argv = [sys.executable, "-c", SHAPELINT, str(folder), "--batch", "8", "--seq", "1024", "--gpu", "h100",
+            "--format", "json", "-o", os.devnull, "--no-cache"]
+    return {"configs": 10, "one_process": timed([*argv, "--jobs", "1"], repeat), "workers": timed(argv, repeat)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "lint_speed.json"))
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--repeat", type=int, default=3, help="fresh processes per measurement (median)")
+    ap.add_argument("--no-directory", dest="directory", action="store_false", help="skip the 10-config directory")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -90,22 +107,31 @@ def main() -> None:
             path = Path(tmp) / name / "config.json"
             path.parent.mkdir()
             path.write_text(json.dumps(cfg))
-            sl = timed([sys.executable, "-c", SHAPELINT, str(path), "--batch", str(batch), "--seq", str(seq),
-                        "--gpu", "h100", "--format", "json", "-o", os.devnull], args.repeat)
+            cmd = [sys.executable, "-c", SHAPELINT, str(path), "--batch", str(batch), "--seq", str(seq),
+                   "--gpu", "h100", "--format", "json", "-o", os.devnull, "--cache-dir", str(Path(tmp) / "cache")]
+            sl = timed([*cmd, "--no-cache"], args.repeat)
             fc = timed([sys.executable, "-c", FLOPCOUNTER, str(path), str(batch), str(seq)], args.repeat)
-            rows.append({"model": name, "tokens": batch * seq, "shapelint": sl, "flopcounter": fc})
+            once(cmd)  # fills the cache
+            warm = timed(cmd, args.repeat)
+            rows.append({"model": name, "tokens": batch * seq, "shapelint": sl, "flopcounter": fc, "cached": warm,
+                         "ratio": round(sl["wall_s"] / fc["wall_s"], 2)})
             print(f"{name:12} tokens {batch * seq:5}  shapelint {sl['wall_s']:6.2f} s {sl['rss_mib']:6.0f} MiB   "
-                  f"FlopCounterMode {fc['wall_s']:6.2f} s {fc['rss_mib']:6.0f} MiB", flush=True)
+                  f"FlopCounterMode {fc['wall_s']:6.2f} s {fc['rss_mib']:6.0f} MiB   cached {warm['wall_s']:.2f} s",
+                  flush=True)
+        many = directory(Path(tmp), args.repeat) if args.directory else None
     doc = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-           "python": platform.python_version(), "rows": rows}
+           "python": platform.python_version(), "rows": rows, "directory": many}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1))
-    print("\n| model | tokens | shapelint wall | shapelint peak RSS | FlopCounterMode wall | FlopCounterMode peak RSS |")
-    print("|---|---|---|---|---|---|")
+    print("\n| model | tokens | shapelint cold | peak RSS | FlopCounterMode | peak RSS | ratio | shapelint cached |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        s, f = r["shapelint"], r["flopcounter"]
+        s, f, c = r["shapelint"], r["flopcounter"], r["cached"]
         print(f"| {r['model']} | {r['tokens']} | {s['wall_s']:.1f} s | {s['rss_mib']:.0f} MiB | "
-              f"{f['wall_s']:.1f} s | {f['rss_mib']:.0f} MiB |")
+              f"{f['wall_s']:.1f} s | {f['rss_mib']:.0f} MiB | {r['ratio']:.2f}x | {c['wall_s']:.2f} s |")
+    if many:
+        print(f"\n10 configs, cold: one process {many['one_process']['wall_s']:.1f} s, "
+              f"{os.cpu_count()} worker processes {many['workers']['wall_s']:.1f} s")
 
 
 if __name__ == "__main__":

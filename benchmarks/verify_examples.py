@@ -18,7 +18,7 @@ import torch
 
 from shapelint.check import builtin_rules
 from shapelint.hardware import default_gpu, resolve
-from shapelint.lint import Options, lint_target
+from shapelint.pipeline import Options, lint_target
 from shapelint.verify import verify
 
 ROOT = Path(__file__).resolve().parent.parent

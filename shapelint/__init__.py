@@ -2,11 +2,34 @@
 
 The Python API: ``shapelint.lint(model, example_inputs)`` for a model you hold,
 ``shapelint.lint_target(path)`` for a target file; both return a ``Report``.
+The API's names are imported on first use: ``import shapelint`` (and the command
+replaying a cached result) imports no torch.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from shapelint.api import Report, lint, lint_target  # noqa: E402 - after __version__, which the reporters read
-from shapelint.records import Finding, Gemm, Source, Suggestion  # noqa: E402
+if TYPE_CHECKING:
+    from shapelint.api import Report, lint, lint_target
+    from shapelint.records import Finding, Gemm, Source, Suggestion
+
+#: public name → the module that defines it
+_PUBLIC = {"Report": "shapelint.api", "lint": "shapelint.api", "lint_target": "shapelint.api",
+           "Finding": "shapelint.records", "Gemm": "shapelint.records", "Source": "shapelint.records",
+           "Suggestion": "shapelint.records"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'shapelint' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["Finding", "Gemm", "Report", "Source", "Suggestion", "__version__", "lint", "lint_target"]

@@ -31,9 +31,9 @@ from shapelint.capture import RecordingFakeMode
 from shapelint.check import load_rules, select_rules
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
-from shapelint.lint import Options, Result, lint_loaded
-from shapelint.lint import lint_target as _lint_path
 from shapelint.load import Loaded, target_kind
+from shapelint.pipeline import Options, Result, lint_loaded
+from shapelint.pipeline import lint_target as _lint_path
 from shapelint.price import StepEstimate
 from shapelint.price.step import StepTime
 from shapelint.records import Finding, Gemm
@@ -131,7 +131,7 @@ def lint_target(path: str | Path, *, gpu: str | None = None, dtype: str | None =
     target_kind(path)  # a clear error for what is not a target
     opts = _options(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp, batch=batch, seq=seq)
     r = _lint_path(path, opts, _gpu(gpu) if gpu is not None else None, _rules(select, ignore))
-    from shapelint.lint import with_findings
+    from shapelint.pipeline import with_findings
 
     return Report(with_findings(r, suppress.apply(r.findings)))
 

@@ -10,14 +10,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from shapelint import __version__
+from shapelint import __version__, cached, parallel
+from shapelint.cache import Store
 from shapelint.errors import ShapelintError
 from shapelint.settings import Settings, add_flags, default, from_args, merged
 
 if TYPE_CHECKING:
     from shapelint import suppress
     from shapelint.config import Config
-    from shapelint.lint import Options, Result, TargetError
+    from shapelint.pipeline import Options, Result, TargetError
     from shapelint.rule_api import Rule
 
 
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="model.py (defining shapelint_model()), a Hugging Face config.json, a shapelint "
-                        "YAML, or a directory of configs")
+                        "YAML, or a directory of configs (default: the configuration's targets)")
     add_flags(p)  # every setting a configuration file can also set (shapelint.settings)
     p.add_argument("--gpu-profile", metavar="FILE", help="a GPU profile YAML (e.g. from `shapelint calibrate`)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
@@ -66,6 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also fix what changes the model beyond padding (head_dim, heads, a smaller layer)")
     p.add_argument("--dump-graph", metavar="FILE", help="write the joint forward+backward FX graph's code")
     p.add_argument("--list-rules", action="store_true", help="list the rules and exit")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the result cache (also: SHAPELINT_NO_CACHE=1)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="where the result cache lives (default .shapelint_cache at the project root; also: "
+                        "SHAPELINT_CACHE_DIR); `shapelint clean` deletes it")
+    p.add_argument("--jobs", "-j", type=_jobs, metavar="N",
+                   help="lint up to N targets at once, in worker processes (default: the available cores)")
+    p.add_argument("--hook", action="store_true",
+                   help="pre-commit mode: the TARGETs are changed files; lint the configured targets whose "
+                        "recorded dependencies include one of them (or never linted here), and the changed "
+                        "files that are targets")
     p.add_argument("--verbose", "-v", action="store_true", help="add the full GEMM table")
     p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
                    help="stop the lint after SECONDS and exit 2 (runs it in a child process)")
@@ -77,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks (and lint in this process)")
     p.add_argument("--version", action="version", version=f"shapelint {__version__}")
     return p
+
+
+def _jobs(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
 
 
 def calibrate_parser() -> argparse.ArgumentParser:
@@ -98,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv
     if argv[:1] == ["calibrate"]:
         return _guarded(lambda: _calibrate(argv[1:]), debug)
+    if argv[:1] == ["clean"]:
+        return _guarded(lambda: _clean(argv[1:]), debug)
 
     def lint() -> int:
         return _guarded(lambda: _run(argv), debug)
@@ -187,6 +207,11 @@ def _run(argv: list[str]) -> int:
     cfg = load_config(args.config, search=not args.no_config)
     flags = from_args(args)
     given = merged(flags, cfg)
+    session = None
+    if not args.list_rules:  # before the rules: loading them imports torch, a replay does not
+        session = cached.start(args, cfg, flags)
+        if session.rc is not None:
+            return session.rc
     all_rules = check.load_rules(args.rules_dir)
     _check_config_codes(cfg, all_rules)
     rules = check.select_rules(all_rules, given.select or [], given.ignore or [])
@@ -194,8 +219,10 @@ def _run(argv: list[str]) -> int:
         for rule in rules:
             print(f"{rule.code}  {rule.name:32} {rule.summary}")
         return 0
-    if not args.targets:
-        raise ShapelintError("no target given (try: shapelint examples/mlp.py)")
+    assert session is not None
+    if not session.named:
+        raise ShapelintError("no target given (try: shapelint examples/mlp.py, or targets = [...] in the "
+                             "configuration)")
     fmt = _or_default(given.format, "format")
     if args.plot:
         from shapelint.report import plot
@@ -209,33 +236,30 @@ def _run(argv: list[str]) -> int:
 
     from shapelint import outputs, suppress
     from shapelint.config import module_ignored
-    from shapelint.lint import lint_target, with_findings
+    from shapelint.pipeline import with_findings
 
-    paths = _targets(args)
+    paths = session.paths
     _check_outputs(args, paths, cfg.file)
     graphs = outputs.graph_paths(args.dump_graph, paths) if args.dump_graph else [None] * len(paths)
-    graph_of = dict(zip(paths, graphs))
     known = {r.code for r in all_rules} | {r.name for r in all_rules}
     reader = suppress.LineReader()
-
-    def lint_one(path: Path, reader: suppress.LineReader) -> Any:
+    jobs = []
+    for path, graph in zip(paths, graphs):
         own = _target_settings(path)
-        graph = graph_of.get(path)
         opts = _options(flags, cfg, own, None if graph is None else str(graph))
-        hw = cli_hw or (None if "gpu" in own else cfg_hw)
-        r = lint_target(path, opts, hw, rules)
+        jobs.append((path, opts, cli_hw or (None if "gpu" in own else cfg_hw)))
+
+    def post(r: Result, reader: suppress.LineReader) -> Result:
         findings = [f for f in r.findings if not module_ignored(f, cfg.per_module_ignores)]
         return with_findings(r, suppress.apply(findings, reader))
 
     results, errors = [], []
-    for path in paths:
-        try:
-            r = lint_one(path, reader)
-        except Exception as exc:
-            if args.debug:
-                raise
-            errors.append(_failed(path, exc))
+    workers = 1 if args.dump_graph or args.debug else args.jobs or parallel.cores()
+    for (path, _, _), got in zip(jobs, session.lint_all(jobs, rules, workers, debug=args.debug)):
+        if isinstance(got, Exception):
+            errors.append(_failed(path, got))
             continue
+        r = post(got, reader)
         results.append(r)
         errors += [_failed(path, ShapelintError(str(problem)))
                    for problem in _suppression_problems(r, known, reader)]
@@ -243,24 +267,26 @@ def _run(argv: list[str]) -> int:
     if args.fix or args.diff:
         from shapelint import fix
 
+        job_of = {path: (opts, hw) for path, opts, hw in jobs}
         # edited files are read afresh: a new LineReader per re-lint
-        fixing = fix.run(results, lambda p: lint_one(p, suppress.LineReader()),
+        fixing = fix.run(results, lambda p: post(session.lint(p, *job_of[p], rules), suppress.LineReader()),
                          write=args.fix and not args.diff, unsafe=args.unsafe_fixes)
         results = fixing.results
     if args.verify:
         results = _verify(results, args)
-    if args.diff:
-        sys.stdout.write(fixing.diff if fixing else "")
-    else:
-        _write(results, args, fmt, rules, errors)
-    if fixing:
-        notes_to = sys.stdout if fmt == "text" and not args.output and not args.diff else sys.stderr
-        print("\n".join(fixing.notes), file=notes_to)
-    if args.statistics:
-        from shapelint.report import text
+    with session.recording(args.output):
+        if args.diff:
+            sys.stdout.write(fixing.diff if fixing else "")
+        else:
+            _write(results, args, fmt, rules, errors)
+        if fixing:
+            notes_to = sys.stdout if fmt == "text" and not args.output and not args.diff else sys.stderr
+            print("\n".join(fixing.notes), file=notes_to)
+        if args.statistics:
+            from shapelint.report import text
 
-        to_stderr = fmt != "text" and not args.output
-        text.statistics(results, sys.stderr if to_stderr else sys.stdout, show_suppressed=args.show_suppressed)
+            to_stderr = fmt != "text" and not args.output
+            text.statistics(results, sys.stderr if to_stderr else sys.stdout, show_suppressed=args.show_suppressed)
     if args.plot and results:
         from shapelint.report import plot
 
@@ -271,25 +297,7 @@ def _run(argv: list[str]) -> int:
 
     count = sum(1 for r in results for f in r.findings if not f.suppressed and confirmed(f))
     exit_zero = _or_default(given.exit_zero, "exit-zero")
-    return 1 if count and not exit_zero else 0
-
-
-def _targets(args: argparse.Namespace) -> list[Path]:
-    """The targets: files as given, directories walked (:mod:`shapelint.targets`);
-    with ``--skip-other-files`` only files that can be targets. ``--verbose`` lists
-    what was passed over, and why, on stderr."""
-    from shapelint import targets
-
-    found = targets.discover(args.targets)
-    paths, skipped = found.targets, list(found.skipped)
-    if args.skip_other_files:
-        reasons = [(p, targets.why_not_target(p)) for p in paths]
-        paths = [p for p, why in reasons if why is None]
-        skipped += [(p, why) for p, why in reasons if why is not None]
-    if args.verbose:
-        for p, why in skipped:
-            print(f"shapelint: skipped {p}: {why}", file=sys.stderr)
-    return paths
+    return session.done(1 if count and not exit_zero else 0)
 
 
 def _check_outputs(args: argparse.Namespace, paths: list[Path], config_file: str | None) -> None:
@@ -310,7 +318,7 @@ def _check_outputs(args: argparse.Namespace, paths: list[Path], config_file: str
 def _failed(path: Path, exc: Exception) -> TargetError:
     """One target's failure: a one-line message (naming the target), printed now."""
     from shapelint.errors import one_line
-    from shapelint.lint import TargetError
+    from shapelint.pipeline import TargetError
 
     text = one_line(exc)
     if not isinstance(exc, ShapelintError):
@@ -341,6 +349,18 @@ def _calibrate(argv: list[str]) -> int:
     return 0
 
 
+def _clean(argv: list[str]) -> int:
+    p = _Parser(prog="shapelint clean", description="Delete the result cache (.shapelint_cache at the project root).")
+    p.add_argument("--cache-dir", metavar="DIR", help="the cache folder to delete instead")
+    p.add_argument("--config", metavar="FILE", help="the configuration file that marks the project root")
+    args = p.parse_args(argv)
+    from shapelint.config import load_config
+
+    folder = cached.folder(args.cache_dir, load_config(args.config))
+    print(f"removed {folder}" if Store(folder).clear() else f"no cache at {folder}")
+    return 0
+
+
 def _verify(results: list, args: argparse.Namespace) -> list:
     """--verify: measure each finding on the local GPU; findings measured below the
     reporting threshold are marked not confirmed (and do not fail the run)."""
@@ -348,7 +368,7 @@ def _verify(results: list, args: argparse.Namespace) -> list:
     from rich.progress import Progress
 
     from shapelint import verify
-    from shapelint.lint import with_findings
+    from shapelint.pipeline import with_findings
 
     if not torch.cuda.is_available():
         raise ShapelintError("--verify needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -378,7 +398,7 @@ def _options(flags: Settings, cfg: Config, own: set[str], dump_graph: str | None
     """One target's options: a flag, else the target's own setting (``own``: the keys
     its YAML sets, left None here so that the target's value applies), else the
     configuration file, else the built-in default (applied by ``lint_target``)."""
-    from shapelint.lint import Options
+    from shapelint.pipeline import Options
     from shapelint.price import Policy
 
     fixed = merged(flags, cfg)  # the settings a target cannot set

@@ -8,7 +8,7 @@ from torch import nn
 
 from shapelint.capture import Capture
 from shapelint.hardware import resolve
-from shapelint.lint import trace, vocab_sizes
+from shapelint.pipeline import trace, vocab_sizes
 from shapelint.price import price
 from shapelint.records import Finding
 from shapelint.rule_api import Example, Rule, RuleContext

@@ -39,9 +39,9 @@ from typing import Any
 
 from shapelint.errors import ShapelintError
 from shapelint.files import read_text
-from shapelint.lint import Result, with_findings
 from shapelint.locate import NOT_CONFIG_KEYS
 from shapelint.physics.attention import HEAD_DIM_PARAMS, HEADS_PARAMS
+from shapelint.pipeline import Result, with_findings
 
 #: sizes that grow by padding (zero weights for the new units, zeros fed to new inputs):
 #: the model computes the same; every other size change is unsafe

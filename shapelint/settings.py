@@ -24,7 +24,7 @@ FORMATS = ("text", "json", "sarif", "github")
 OPTIMIZERS = ("adamw", "adam", "sgd", "none")
 
 Kind = Literal["gpu", "dtype", "format", "optimizer", "positive", "number", "fraction", "bool", "codes", "per-module",
-               "modules"]
+               "modules", "paths"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ class Settings:
     compile: bool | None = None
     optimizer: str | None = None
     allow_builders: list[str] | None = None
+    targets: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ SETTINGS: tuple[Setting, ...] = (
                                       "adam, sgd, or none", "adamw"),
     Setting("allow-builders", "modules", "packages outside a YAML target's project whose builders its model: may "
                                          "name, e.g. [\"mypkg.models\"]", [], flag=False),
+    Setting("targets", "paths", "what `shapelint` with no TARGET lints: files, directories and globs, relative to "
+                                "the configuration file", [], flag=False),
 )
 
 BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
@@ -224,6 +227,13 @@ def _modules(value: Any, where: str) -> list[str]:
     return parse_allow_list(value, where.removesuffix(f": {ALLOW_KEY}"))
 
 
+def _paths(value: Any, where: str) -> list[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) and i.strip() for i in items):
+        raise ShapelintError(f"{where}: expected a list of paths or globs (non-empty strings), got {describe(value)}")
+    return [i.strip() for i in items]
+
+
 #: each kind's validator: a parsed value (TOML/YAML/JSON, or converted from a flag) → the setting's value
 VALIDATORS: dict[Kind, Callable[[Any, str], Any]] = {
     "gpu": _gpu,
@@ -237,6 +247,7 @@ VALIDATORS: dict[Kind, Callable[[Any, str], Any]] = {
     "codes": _codes,
     "per-module": _per_module,
     "modules": _modules,
+    "paths": _paths,
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,22 @@ def why_not_target(path: Path) -> str | None:
 def looks_like_target(path: Path) -> bool:
     """For ``--skip-other-files``: could this file be a shapelint target?"""
     return why_not_target(path) is None
+
+
+def chosen(names: Iterable[str], skip_other_files: bool = False, verbose: bool = False) -> list[Path]:
+    """The run's targets: :func:`discover`'s, with ``skip_other_files`` only the
+    files that can be targets; ``verbose`` lists what was passed over, and why, on
+    stderr."""
+    found = discover(names)
+    paths, skipped = found.targets, list(found.skipped)
+    if skip_other_files:
+        reasons = [(p, why_not_target(p)) for p in paths]
+        paths = [p for p, why in reasons if why is None]
+        skipped += [(p, why) for p, why in reasons if why is not None]
+    if verbose:
+        for p, why in skipped:
+            print(f"shapelint: skipped {p}: {why}", file=sys.stderr)
+    return paths
 
 
 def discover(paths: Iterable[str]) -> Discovery:

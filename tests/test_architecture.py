@@ -13,7 +13,7 @@ from _cli_helpers import run
 from shapelint.rules import sl201_memory_bound_gemm as sl201
 
 from shapelint.hardware import resolve
-from shapelint.lint import trace
+from shapelint.pipeline import trace
 from shapelint.price import Policy, price, price_one
 from shapelint.price.gemm import gemm_time, total_ms
 from shapelint.records import Change, Proposal, Suggestion

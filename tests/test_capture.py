@@ -12,7 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
 from shapelint.capture import to_precision
-from shapelint.lint import trace
+from shapelint.pipeline import trace
 
 
 def mlp(widths: list[int]) -> nn.Sequential:

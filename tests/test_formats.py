@@ -13,7 +13,7 @@ import pytest
 from _cli_helpers import LINEAR_LINE, assert_one_error_line, run, snapshot, write_model
 
 from shapelint import check, hardware
-from shapelint.lint import Options, Result, lint_target, with_findings
+from shapelint.pipeline import Options, Result, lint_target, with_findings
 from shapelint.records import Source, Suggestion
 from shapelint.report import github, sarif, text
 

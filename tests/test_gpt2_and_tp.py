@@ -63,7 +63,7 @@ def test_tp_shards_columns_and_rows() -> None:
     import torch
     from torch import nn
 
-    from shapelint.lint import trace
+    from shapelint.pipeline import trace
     from shapelint.tp import shard
 
     class Mlp(nn.Module):

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from shapelint.check import builtin_rules, run_rules
 from shapelint.errors import ShapelintError
 from shapelint.hardware import PROFILE_DIR, Hardware, profile_from_dict
-from shapelint.lint import trace
+from shapelint.pipeline import trace
 from shapelint.price import price, step_estimate
 from shapelint.rule_api import RuleContext
 

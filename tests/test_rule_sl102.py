@@ -8,7 +8,7 @@ from shapelint.rules import sl102_no_tensor_cores as sl102
 from torch import nn
 
 from shapelint.hardware import resolve
-from shapelint.lint import trace
+from shapelint.pipeline import trace
 from shapelint.rule_api import RuleContext
 
 

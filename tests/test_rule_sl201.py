@@ -9,8 +9,8 @@ from shapelint.rules import sl201_memory_bound_gemm as sl201
 from torch import nn
 
 from shapelint.hardware import resolve
-from shapelint.lint import trace
 from shapelint.physics.reshape import resize
+from shapelint.pipeline import trace
 from shapelint.price.gemm import total_ms
 from shapelint.rule_api import RuleContext
 

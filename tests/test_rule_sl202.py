@@ -10,8 +10,8 @@ from shapelint.rules import sl202_tile_quantization as sl202
 from torch import nn
 
 from shapelint.hardware import resolve
-from shapelint.lint import trace, vocab_sizes
 from shapelint.physics.quantization import quantization
+from shapelint.pipeline import trace, vocab_sizes
 from shapelint.price import Policy
 from shapelint.price.gemm import gemm_time, total_ms
 from shapelint.rule_api import RuleContext

@@ -10,9 +10,9 @@ from shapelint.rules import sl203_wave_quantization as sl203
 from torch import nn
 
 from shapelint.hardware import resolve
-from shapelint.lint import trace
 from shapelint.physics.quantization import Quantization, quantization
 from shapelint.physics.reshape import resize
+from shapelint.pipeline import trace
 from shapelint.price import Policy
 from shapelint.rule_api import RuleContext
 

@@ -9,8 +9,8 @@ from shapelint.rules import sl301_attention_head_dim as sl301
 from torch import nn
 
 from shapelint.hardware import resolve
-from shapelint.lint import trace
 from shapelint.physics.attention import head_dim, keep_width, per_head
+from shapelint.pipeline import trace
 from shapelint.price.gemm import total_ms
 from shapelint.rule_api import RuleContext
 

@@ -8,8 +8,8 @@ from shapelint.rules import sl302_materialized_attention as sl302
 from torch import nn
 
 from shapelint.hardware import resolve
-from shapelint.lint import trace
 from shapelint.physics.attention import softmax_traffic_bytes
+from shapelint.pipeline import trace
 from shapelint.price.gemm import total_ms, work_ms
 from shapelint.records import Work
 from shapelint.rule_api import RuleContext

@@ -13,7 +13,7 @@ from torch import nn
 
 from shapelint.examples_runner import run_example
 from shapelint.hardware import resolve
-from shapelint.lint import trace
+from shapelint.pipeline import trace
 from shapelint.price import Policy
 from shapelint.rule_api import Rule, RuleContext
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from shapelint.examples_runner import run_example
 from shapelint.hardware import resolve
-from shapelint.lint import trace
+from shapelint.pipeline import trace
 from shapelint.price.gemm import total_ms
 from shapelint.rule_api import Rule, RuleContext
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from shapelint import hardware
 from shapelint.capture import AUTOCAST_PRECISIONS
-from shapelint.lint import trace
+from shapelint.pipeline import trace
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.step import (
     Step,

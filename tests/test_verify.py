@@ -9,7 +9,7 @@ from torch import nn
 
 from shapelint.check import builtin_rules, run_rules
 from shapelint.hardware import resolve
-from shapelint.lint import trace, vocab_sizes
+from shapelint.pipeline import trace, vocab_sizes
 from shapelint.price import price
 from shapelint.rule_api import RuleContext
 from shapelint.verify import Timing, check_finding, confirmed, materialize, verify

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shapelint.lint import Result
+from shapelint.pipeline import Result
 from shapelint.report.sarif import location, message, relative_path
 
 LEVELS = {"error": "error", "warning": "warning", "info": "notice"}

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shapelint import __version__
-from shapelint.lint import Result, TargetError
+from shapelint.pipeline import Result, TargetError
 
 
 def summary(r: Result) -> dict[str, Any]:

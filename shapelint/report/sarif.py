@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import quote
 
 from shapelint import __version__
-from shapelint.lint import Result, TargetError
+from shapelint.pipeline import Result, TargetError
 from shapelint.records import Finding
 from shapelint.rule_api import Rule
 

@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from shapelint.lint import Result
+from shapelint.pipeline import Result
 from shapelint.records import Finding
 from shapelint.report.text import SEVERITY_STYLE, gemm_count_line, step_line
 

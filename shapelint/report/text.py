@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from shapelint.lint import Result
+from shapelint.pipeline import Result
 from shapelint.price.gemm import gemm_time
 from shapelint.records import Finding
 
