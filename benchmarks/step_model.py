@@ -42,7 +42,7 @@ def estimate(record: dict, hw: hardware.Hardware) -> float:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "config.json"
         path.write_text(json.dumps(cfg))
-        loaded = load(path, batch=record["batch"], seq=record["seq"], dtype="bf16")
+        loaded = load(path, batch=record["batch"], seq=record["seq"])
         with loaded.fake_mode:
             inputs = to_precision(loaded.model, loaded.inputs, "bf16")
             cap = capture(loaded.model, inputs, precision="bf16", training=True, defined_at=loaded.defined_at)

@@ -44,9 +44,6 @@ from shapelint.usercode import import_user_file, quiet_torch_logs, user_code
 DEFAULT_BATCH = 8
 DEFAULT_SEQ = 1024
 
-#: the compute precision when neither a flag nor the target names one
-DEFAULT_DTYPE = "bf16"
-
 CONFIG_NAMES = ("config.json",)
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -89,17 +86,16 @@ def discover(targets: list[str]) -> list[Path]:
     return find_targets(targets).targets
 
 
-def load(path: Path, *, batch: int | None = None, seq: int | None = None, dtype: str | None = None,
+def load(path: Path, *, batch: int | None = None, seq: int | None = None,
          allow_builders: Sequence[str] = ()) -> Loaded:
-    """``dtype``: the compute precision when already known; Hugging Face models are
-    then built in it directly (no conversion pass afterwards). ``allow_builders``:
-    see :func:`load_yaml`."""
+    """A target, built on fake tensors (fp32, as written: the compute precision is
+    applied by capture). ``allow_builders``: see :func:`load_yaml`."""
     kind = target_kind(path)
     if kind == "python":
         return load_python(path, batch=batch, seq=seq)
     if kind == "hf-config":
-        return load_hf_config(path / "config.json" if path.is_dir() else path, batch=batch, seq=seq, dtype=dtype)
-    return load_yaml(path, batch=batch, seq=seq, dtype=dtype, allow_builders=allow_builders)
+        return load_hf_config(path / "config.json" if path.is_dir() else path, batch=batch, seq=seq)
+    return load_yaml(path, batch=batch, seq=seq, allow_builders=allow_builders)
 
 
 # -- building on fake tensors -----------------------------------------------
@@ -363,7 +359,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
 YAML_KEYS = {"model", "kwargs", "inputs", "dtype", "gpu", "training", "tp", "batch", "seq", "hf_config"}
 
 
-def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None, dtype: str | None = None,
+def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None,
               allow_builders: Sequence[str] = ()) -> Loaded:
     """``allow_builders``: packages outside the YAML's project whose functions its
     ``model:`` may name (the configuration's ``allow-builders``)."""
@@ -385,7 +381,7 @@ def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None, d
         cfg = doc["hf_config"]
         if not isinstance(cfg, dict):
             raise ShapelintError(f"{path}: hf_config must be a mapping of config keys")
-        loaded = _build_hf(cfg, str(path), batch=batch, seq=seq, dtype=dtype or settings.get("dtype", DEFAULT_DTYPE))
+        loaded = _build_hf(cfg, str(path), batch=batch, seq=seq)
         loaded.kind, loaded.settings = "yaml", settings
         loaded.config_keys, loaded.config_file = lines, str(path)
         return loaded
@@ -445,11 +441,12 @@ def read_json(path: Path) -> dict[str, Any]:
     return doc
 
 
-def load_hf_config(path: Path, *, batch: int | None = None, seq: int | None = None,
-                   dtype: str | None = None) -> Loaded:
+def load_hf_config(path: Path, *, batch: int | None = None, seq: int | None = None) -> Loaded:
+    """A config.json, built with meta/fake weights. Its precision is not the loader's
+    business: capture casts (``shapelint.capture.to_precision``)."""
     quiet_torch_logs()
     doc = read_json(path)
-    loaded = _build_hf(doc, str(path), batch=batch, seq=seq, dtype=dtype or DEFAULT_DTYPE)
+    loaded = _build_hf(doc, str(path), batch=batch, seq=seq)
     loaded.config_keys = _int_lines(read_text(path))
     loaded.config_file = str(path)
     return loaded
@@ -490,8 +487,7 @@ def _check_dims(doc: dict[str, Any], where: str) -> None:
 RANDOM_STEP_KEYS = ("layerdrop", "encoder_layerdrop", "decoder_layerdrop", "mask_time_prob", "mask_feature_prob")
 
 
-def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | None,
-              dtype: str | None = None) -> Loaded:
+def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | None) -> Loaded:
     transformers = _import_transformers()
     model_type = doc.get("model_type")
     if not isinstance(model_type, str):

@@ -20,7 +20,7 @@ from shapelint.capture import PRECISIONS, Capture, capture, to_precision
 from shapelint.check import run_rules
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
-from shapelint.load import DEFAULT_DTYPE, Loaded, load, token_count
+from shapelint.load import Loaded, load, token_count
 from shapelint.locate import locate_in_config
 from shapelint.outputs import write_file
 from shapelint.price import Policy, StepEstimate, StepModel, price, step_estimate
@@ -86,7 +86,7 @@ class TargetError:
 
 
 def resolve_precision(opts: Options, loaded: Loaded) -> str:
-    dtype = opts.dtype or loaded.settings.get("dtype") or DEFAULT_DTYPE
+    dtype = opts.dtype or loaded.settings.get("dtype") or str(default("dtype"))
     if dtype not in PRECISIONS:
         raise ShapelintError(f"unknown dtype {dtype!r} (one of {', '.join(PRECISIONS)})")
     return str(dtype)
@@ -98,7 +98,7 @@ def vocab_sizes(model: torch.nn.Module) -> frozenset[int]:
 
 def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[Rule]) -> Result:
     """Lint one target; ``hw`` None means the target's own ``gpu`` setting, else the default GPU."""
-    loaded = load(path, batch=opts.batch, seq=opts.seq, dtype=opts.dtype, allow_builders=opts.allow_builders)
+    loaded = load(path, batch=opts.batch, seq=opts.seq, allow_builders=opts.allow_builders)
     return lint_loaded(loaded, opts, hw, rules)
 
 
