@@ -5,7 +5,13 @@ Measures, with the --verify timer (CUDA events, L2 flushed, median):
 - device-to-device copy bandwidth (bytes read + written);
 - the misalignment penalty per dtype (K = 4095 / 4100 / 4098 against 4096);
 - a wave sweep (1024 x N x 8192, N = 1024..3072 by 128) to fit ``wave_weight``,
-  and typical model shapes to fit ``gemm_efficiency``.
+  and typical model shapes to fit ``gemm_efficiency``;
+- the step table (``step:``, :class:`shapelint.hardware.StepProfile`) the whole-step
+  model prices the rest of a training step with (:func:`measure_step`): the bandwidth
+  fraction of elementwise, reduction, strided-copy, transposing-copy and fused-AdamW
+  kernels, the shortest kernel and the GPU gap between kernels (a CUDA graph of tiny
+  kernels, durations from the profiler), and the host time to issue one kernel of a
+  small eager (and compiled) training step.
 The profile starts from the closest shipped profile (datasheet numbers) and adds a
 ``measured`` block with the date, GPU, driver and torch version.
 """
@@ -29,8 +35,8 @@ from shapelint.records import TORCH_DTYPE_NAMES, Gemm
 PEAK_SHAPES = {"bf16": 8192, "fp16": 8192, "tf32": 8192, "fp32": 4096}
 #: dtype -> (element bytes, {aligned bytes: K that has that alignment}) against K = 4096
 MISALIGNED_K = {
-    "bf16": (2, {2: 4095, 8: 4100}),
-    "fp16": (2, {2: 4095, 8: 4100}),
+    "bf16": (2, {2: 4095, 4: 4098, 8: 4100}),
+    "fp16": (2, {2: 4095, 4: 4098, 8: 4100}),
     "tf32": (4, {4: 4095, 8: 4098}),
 }
 #: 1024 x N x 8192: few enough tiles that partial waves show (4096-row sweeps hide them)
@@ -96,13 +102,158 @@ def measure(timer: Callable[[Callable[[], object]], list[float]], log: Callable[
     return out
 
 
+#: elements of the bandwidth tests' tensors (bf16: 512 MiB each, far beyond any L2)
+BANDWIDTH_ELEMENTS = 1 << 28
+#: a small training step whose GPU work is negligible, so its host time per kernel is
+#: the dispatch floor of an eager step: a Hugging Face GPT-2 (the models shapelint
+#: mostly sees; their Python per kernel is the cost) of this many layers, width and
+#: tokens; torch's own TransformerEncoder where transformers is not installed
+HOST_STEP = (4, 256, 512)
+
+
+def measure_step(timer: Callable[[Callable[[], object]], list[float]], bandwidth_gbps: float,
+                 compile: bool = True, log: Callable[[str], None] = print) -> dict[str, float]:
+    """The step table, as fractions of ``bandwidth_gbps`` (the profile's memory
+    bandwidth, the base the step model divides by) and microseconds."""
+    out = _bandwidths(timer, bandwidth_gbps)
+    out.update(_kernel_floor())
+    out["host_us_per_kernel"] = _host_us_per_kernel(False)
+    if compile:
+        out["compile_host_us_per_kernel"] = _host_us_per_kernel(True)
+    for key, value in out.items():
+        log(f"step {key}: {value}")
+    return out
+
+
+def _bandwidths(timer: Callable[[Callable[[], object]], list[float]], bandwidth_gbps: float) -> dict[str, float]:
+    """Bytes moved over the time taken, as a fraction of ``bandwidth_gbps``, for each
+    class of memory-bound kernel the step model prices."""
+    import torch
+
+    def fraction(nbytes: float, fn: Callable[[], object]) -> float:
+        ms = statistics.median(timer(fn))
+        return round(nbytes / (ms * 1e-3) / (bandwidth_gbps * 1e9), 3)
+
+    n = BANDWIDTH_ELEMENTS
+    a = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    rows, cols = n // 32768, 32768  # [tokens, vocab]-like rows: softmax in fp32, as autocast runs it
+    logits = a.view(rows, cols)
+    padded = b[: (rows // 2) * (cols + 8)].view(rows // 2, cols + 8)  # sliced back to cols: a strided read
+    square = a[: 16384 * 16384].view(16384, 16384)
+    out = {
+        "elementwise_efficiency": fraction(6 * n, lambda: torch.add(a, b, out=c)),
+        "reduction_efficiency": fraction(2 * n + 4 * n, lambda: torch.softmax(logits, dim=-1, dtype=torch.float32)),
+        "strided_copy_efficiency": fraction(4 * (rows // 2) * cols, lambda: padded[:, :cols].contiguous()),
+        "transpose_copy_efficiency": fraction(4 * 16384 * 16384, lambda: square.t().contiguous()),
+    }
+    params = [torch.zeros(4096, 4096, device="cuda", requires_grad=True) for _ in range(8)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, lr=1e-4, fused=True)
+    from shapelint.price.step import OPTIMIZER_PASSES
+
+    # fp32 parameters: OPTIMIZER_PASSES passes of 4 bytes over every element, as the step model prices it
+    out["optimizer_efficiency"] = fraction(OPTIMIZER_PASSES["adamw"] * 4 * 8 * 4096 * 4096, opt.step)
+    return out
+
+
+def _kernel_floor(count: int = 2000) -> dict[str, float]:
+    """The shortest kernel (its median duration in the profiler) and the GPU gap
+    between kernels (a CUDA graph of ``count`` of them, elapsed / count − duration)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.zeros(1, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        x.add_(1)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        for _ in range(count):
+            x.add_(1)
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per: list[float] = []
+    for _ in range(5):
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        per.append(start.elapsed_time(end) * 1e3 / count)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(200):
+            x.add_(1)
+        torch.cuda.synchronize()
+    durations = [e.device_time for e in prof.events() if e.device_time > 0 and "add" in e.name.lower()]
+    kernel = statistics.median(durations) if durations else statistics.median(per)
+    return {"min_kernel_us": round(kernel, 2), "kernel_gap_us": round(max(statistics.median(per) - kernel, 0.0), 2)}
+
+
+def _host_us_per_kernel(compiled: bool, steps: int = 20) -> float:
+    """Host time to issue one kernel of a small training step (bf16 autocast over
+    fp32 weights, fused AdamW): the step's host time over the kernels it launches."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    layers, width, tokens = HOST_STEP
+    torch.manual_seed(0)
+    try:
+        import transformers
+
+        config = transformers.GPT2Config(n_layer=layers, n_embd=width, n_head=4, vocab_size=8192, n_positions=tokens)
+        model: Any = transformers.GPT2LMHeadModel(config)
+        model.cuda()
+        ids = torch.randint(0, 8192, (1, tokens), device="cuda")
+        inputs: dict[str, Any] = {"input_ids": ids, "labels": ids}
+    except ImportError:
+        layer = torch.nn.TransformerEncoderLayer(width, 4, 4 * width, dropout=0.1, batch_first=True, norm_first=True)
+        model = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).cuda()
+        inputs = {"src": torch.randn(1, tokens, width, device="cuda")}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    forward = torch.compile(model) if compiled else model
+
+    def loss_of(out: Any) -> Any:
+        return out.loss if hasattr(out, "loss") else out.float().square().mean()
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_of(forward(**inputs))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(5):  # warm-up (and compilation)
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    kernels = sum(1 for e in prof.events() if e.device_time > 0) or 1
+    host: list[float] = []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        step()
+        host.append(time.perf_counter() - t)
+    torch.cuda.synchronize()
+    return round(statistics.median(host) * 1e6 / kernels, 1)
+
+
 def fit(base: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
     """``base`` profile with the measurements and the fitted constants folded in."""
     doc = dict(base)
     tables = ("misaligned_efficiency", "misaligned_output_efficiency")
-    doc["measured"] = {k: v for k, v in measured.items() if k != "rows" and k not in tables}
+    doc["measured"] = {k: v for k, v in measured.items() if k not in ("rows", "step") and k not in tables}
     for key in tables:
         doc[key] = measured[key]
+    if measured.get("step"):
+        doc["step"] = {**doc.get("step", {}), **measured["step"]}
     rows = measured["rows"]
     peak = measured["bf16_tflops"]
     typical = [2 * r["M"] * r["N"] * r["K"] / (r["ms"] * 1e-3) / 1e12 / peak for r in rows if r["tag"] == "typical"]
@@ -143,7 +294,10 @@ def run(output: str, timer: Callable[[Callable[[], object]], list[float]] | None
     from shapelint.verify import cuda_timer
 
     name = torch.cuda.get_device_name()
-    measured = measure(timer or cuda_timer())
+    timer = timer or cuda_timer()
+    measured = measure(timer)
+    base = closest_base(name)
+    measured["step"] = measure_step(timer, float(base["memory_bandwidth_gbps"]))
     measured.update({
         "date": datetime.date.today().isoformat(),
         "gpu": name,
@@ -151,7 +305,7 @@ def run(output: str, timer: Callable[[Callable[[], object]], list[float]] | None
         "torch": str(torch.__version__),
         "cuda": str(torch.version.cuda),
     })
-    doc = fit(closest_base(name), measured)
+    doc = fit(base, measured)
     doc["sources"] = list(doc.get("sources", [])) + [
         f"shapelint calibrate on {name}, {measured['date']}, torch {measured['torch']}, driver {measured['driver']}"]
     Path(output).write_text(yaml.safe_dump(doc, sort_keys=False))

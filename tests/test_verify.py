@@ -150,15 +150,34 @@ def test_calibrate_fit_makes_a_loadable_profile_from_measurements() -> None:
     measured = {"bf16_tflops": 800.0, "copy_tbps": 4.0, "rows": rows,
                 "misaligned_efficiency": {2: {2: 0.2, 8: 0.35}},
                 "misaligned_output_efficiency": {2: {2: 0.1, 8: 0.3}}}
+    measured["step"] = {"elementwise_efficiency": 0.81, "host_us_per_kernel": 33.0, "kernel_gap_us": 1.1}
     doc = fit(base, measured)
     hw = profile_from_dict(doc, "calibrated")
     assert hw.peak_tflops("bf16") == 800.0 and hw.bandwidth == 4.0e12
+    # the measured step numbers replace the base's; the rest of its step table stays
+    assert (hw.step.elementwise_efficiency, hw.step.host_us_per_kernel, hw.step.kernel_gap_us) == (0.81, 33.0, 1.1)
+    assert hw.step.reduction_efficiency == profile_from_dict(base, "h200").step.reduction_efficiency
+    assert "step" not in doc["measured"]
     assert hw.misalignment_efficiency(2, 2) == 0.2 and hw.misalignment_efficiency(2, 2, output=True) == 0.1
     assert doc["gemm_efficiency"] == pytest.approx(700 / 800, rel=1e-3)
     assert doc["wave_weight"] == pytest.approx(0.7, abs=0.11)  # recovered from the sweep
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.cuda
+@cuda
+def test_calibrate_measures_the_step_table_on_a_gpu() -> None:
+    """On a real GPU: every step key measured, each within physical bounds."""
+    from shapelint.calibrate import measure_step
+    from shapelint.hardware import STEP_KEYS, resolve
+    from shapelint.verify import cuda_timer
+
+    step = measure_step(cuda_timer(), resolve("h100").memory_bandwidth_gbps, compile=False, log=lambda _: None)
+    assert set(step) == set(STEP_KEYS) - {"compile_host_us_per_kernel"}
+    assert all(0.05 < step[k] < 1.2 for k in step if k.endswith("_efficiency"))
+    assert 0.5 < step["min_kernel_us"] < 20 and 1 < step["host_us_per_kernel"] < 500
 
 
 @pytest.mark.cuda
