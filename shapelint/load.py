@@ -36,6 +36,7 @@ from shapelint import builders, validate
 from shapelint.capture import RecordingFakeMode, boundary, user_frame_source
 from shapelint.errors import ShapelintError, one_line
 from shapelint.files import check_regular, parse_json, parse_yaml, read_text
+from shapelint.locate import json_int_keys
 from shapelint.records import Source
 from shapelint.targets import discover as find_targets
 from shapelint.usercode import import_user_file, quiet_torch_logs, user_code
@@ -447,7 +448,8 @@ def load_hf_config(path: Path, *, batch: int | None = None, seq: int | None = No
     quiet_torch_logs()
     doc = read_json(path)
     loaded = _build_hf(doc, str(path), batch=batch, seq=seq)
-    loaded.config_keys = _int_lines(read_text(path))
+    text = read_text(path)
+    loaded.config_keys = json_int_keys(text) or _int_lines(text)
     loaded.config_file = str(path)
     return loaded
 

@@ -21,7 +21,7 @@ from shapelint.check import run_rules
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
 from shapelint.load import Loaded, load, token_count
-from shapelint.locate import locate_in_config
+from shapelint.locate import locate_all
 from shapelint.outputs import write_file
 from shapelint.price import Policy, StepEstimate, StepModel, price, step_estimate
 from shapelint.price.step import Step, StepTime
@@ -137,7 +137,7 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
                       opts.optimizer or str(default("optimizer")))
     findings = price(run_rules(rules, cap.gemms, hw, ctx), cap.gemms, hw, opts.policy, on=model)
     if loaded.config_file:
-        findings = [locate_in_config(f, loaded.config_keys, loaded.config_file) for f in findings]
+        findings = locate_all(findings, loaded.config_keys, loaded.config_file, tp=tp)
     step = step_estimate(cap.gemms, findings, hw)
     return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file,
                   tp=tp, policy=opts.policy, step_model=model, step_time=model.before,

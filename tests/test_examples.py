@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,8 @@ def test_example_text_snapshot(target: str, capsys: pytest.CaptureFixture[str]) 
     if target.endswith(".json"):
         pytest.importorskip("transformers")
     main([target, "--gpu", "h100"])
-    text = capsys.readouterr().out
+    # a library's line numbers change with its version: the snapshot holds "modeling_gpt2.py:N"
+    text = re.sub(r"(library line: \S+?\.py):\d+", r"\1:N", capsys.readouterr().out)
     snap = SNAPSHOTS / (target.replace("examples/", "").replace("/", "_") + ".txt")
     expected = snap.read_text()
     new = snap.with_name(snap.name + ".new")

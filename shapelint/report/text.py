@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import IO
 
@@ -53,6 +54,29 @@ def gemm_line(r: Result) -> str:
             f"({r.step.speedup:.2f}× on the GEMMs, not the step)")
 
 
+def config_context(f: Finding) -> list[str]:
+    """For a finding located in a config (``shapelint.locate``): the keys that give
+    the size when it is derived, or why no key does, and the library line of the layer."""
+    out = []
+    keys = f.fact("config_keys")
+    formula = f.fact("config_formula")
+    if isinstance(keys, list) and formula and (len(keys) > 1 or " / tp" in str(formula)):
+        values = ", ".join(f"{k['key']} = {k['value']} (line {k['line']})" for k in keys)
+        out.append(f"set by {formula}: {values}")
+    also = f.fact("config_also")
+    if isinstance(also, list) and also:
+        out.append("as are (same value): " + ", ".join(f"{k['key']} (line {k['line']})" for k in also))
+    note = f.fact("config_note")
+    if note:
+        out.append(f"no config key: {note}")
+    lib = f.fact("library_source")
+    if isinstance(lib, dict):
+        param = f.fact("code_parameter")
+        file = re.split(r"[/\\](?:site|dist)-packages[/\\]", str(lib["file"]))[-1]
+        out.append(f"library line: {file}:{lib['line']}" + (f" ({param})" if param and param != "size" else ""))
+    return out
+
+
 def _finding(console: Console, f: Finding) -> None:
     where = f" {f.source}" if f.source else ""
     sev = Text(f"{f.severity:7}", style=SEVERITY_STYLE.get(f.severity, ""))
@@ -63,6 +87,8 @@ def _finding(console: Console, f: Finding) -> None:
     console.print(f"      {f.message}", highlight=False)
     if f.suggestion:
         console.print(Text.assemble("      fix: ", (str(f.suggestion), "green")), highlight=False)
+    for line in config_context(f):
+        console.print(f"      {line}", style="dim", highlight=False)
     if f.est_speedup is not None:
         extra = ""
         if f.measured_speedup is not None:

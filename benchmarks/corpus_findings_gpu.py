@@ -1,0 +1,371 @@
+"""Precision and recall of shapelint's findings on the real-model corpus, measured on a GPU (issue 9).
+
+For every Hugging Face config under tests/corpus/*/config.json, as a user lints it
+(every built-in rule, the default reporting policy, --batch/--seq):
+
+- **precision**: each finding's premise is timed on the GPU with shapelint.verify's
+  machinery (the GEMMs it names, before and after its suggestion, with the recorded
+  operand layouts; hand-written attention against the fused kernel as one block). A
+  finding is *confirmed* when it measures at least the policy's min-speedup (what
+  ``--verify`` requires), a *false alarm* when it does not, *not measured* when it
+  carries no shapes to time. Its estimated speedup is within 25% of the measured one
+  when |est / measured - 1| <= 0.25.
+- **recall**: every captured GEMM whose operands break the alignment rule
+  (shapelint.physics.alignment) is timed as recorded and padded to the aligned size;
+  the saving, over every GEMM sharing the misaligned leading dimensions, is a share of
+  the model's estimated step (summary ``step_ms``). A misalignment whose saving on
+  GEMMs no finding covers is >= 1% of the step is a *miss*. Convolutions are left out
+  (their channel alignment is SL401's, with its own measured table).
+
+    python benchmarks/corpus_findings_gpu.py --out $OUT/corpus_findings.json [--budget-s 1500] [MODEL ...]
+    python benchmarks/corpus_findings_gpu.py --device cpu --tiny --out /tmp/smoke.json bert-base-uncased
+    python benchmarks/corpus_findings_gpu.py --table $OUT/corpus_findings.json
+
+Results are written after every model (a timeout keeps what was done). Needs torch,
+transformers, pyyaml (and tomli on Python < 3.11); run from the repository root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "corpus"
+#: modules shapelint needs here, and why (checked before anything is imported)
+NEEDS = {"torch": "torch", "transformers": "transformers (builds the configs)", "yaml": "pyyaml (GPU profiles)",
+         **({"tomli": "tomli (Python < 3.11)"} if sys.version_info < (3, 11) else {})}
+DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "encoder_layers", "decoder_layers")
+MISS_SHARE = 0.01  # a misalignment costing this share of the step must be found
+WITHIN = 0.25  # estimated vs measured speedup
+
+
+class OutOfTime(Exception):
+    pass
+
+
+def check_deps() -> None:
+    missing = [why for mod, why in NEEDS.items() if importlib.util.find_spec(mod) is None]
+    if missing:
+        sys.exit(f"corpus_findings_gpu: missing Python packages: {', '.join(missing)}; "
+                 "install them (or run where they are), from the shapelint repository root")
+
+
+def write(path: Path, doc: dict[str, Any]) -> None:
+    doc["totals"] = totals(doc)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def shrink(config: Path, folder: Path) -> Path:
+    """--tiny: the config at 2 layers (each depth key), in ``folder``."""
+    def small(d: Any) -> Any:
+        if isinstance(d, dict):
+            return {k: (min(v, 2) if k in DEPTH_KEYS and isinstance(v, int) else
+                        [1] * len(v) if k == "depths" else
+                        [[v[0][0], 1]] if k == "attention_types" else small(v)) for k, v in d.items()}
+        return d
+    out = folder / config.parent.name / "config.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(small(json.loads(config.read_text())), indent=2))
+    return out
+
+
+def cpu_timer(reps: int = 3) -> Callable[[Callable[[], object]], list[float]]:
+    def timer(fn: Callable[[], object]) -> list[float]:
+        fn()
+        out = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - start) * 1e3)
+        return out
+    return timer
+
+
+class Bench:
+    """What one run measures with: the GPU profile, rules, timer and kernel runners."""
+
+    def __init__(self, args: argparse.Namespace, deadline: float):
+        from shapelint import check, hardware, verify
+
+        self.args, self.deadline = args, deadline
+        cuda = args.device == "cuda"
+        self.hw = hardware.resolve(args.gpu) if args.gpu else (hardware.default_gpu() if cuda else
+                                                                hardware.resolve("h100"))
+        self.rules = check.load_rules(())
+        self.timer = verify.cuda_timer() if cuda else cpu_timer(reps=1)  # CPU: a smoke test, timings mean nothing
+        self.runner = verify.gpu_runner(args.device)
+        self.block_runner = verify.gpu_block_runner(args.device)
+        self.cache: dict[Any, float | None] = {}  # kernel key -> median ms
+
+    def left(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise OutOfTime
+
+    def ms(self, g: Any) -> float | None:
+        """Median time of the kernel ``g`` runs (0 for a part of a fused kernel timed with its first GEMM)."""
+        from shapelint import verify
+
+        key = verify._kernel_key(g)
+        if key is None:
+            return 0.0
+        if key not in self.cache:
+            self.left()
+            fn = self.runner(g)
+            self.cache[key] = verify.Timing(tuple(self.timer(fn))).median if fn is not None else None
+        return self.cache[key]
+
+
+def aligned(g: Any, hw: Any) -> Any:
+    """``g`` padded to the alignment rule: each misaligned leading dimension that is a
+    GEMM dimension up to the next aligned size, other leading dimensions, offsets and
+    batch strides rounded up."""
+    from shapelint.physics.alignment import misaligned_leading_dims
+    from shapelint.physics.reshape import resize
+
+    a = hw.align_elems(g.dtype_bytes)
+    up = lambda v: -(-v // a) * a
+    for v in sorted(misaligned_leading_dims(g, hw) & {g.m, g.n, g.k}):
+        g = resize(g, v, up(v))
+    fix = lambda op: replace(op, ld=op.ld if op.single_line else up(op.ld), offset=up(op.offset),
+                             batch_stride=up(op.batch_stride) if op.batch_stride else 0)
+    return replace(g, a=fix(g.a), b=fix(g.b), out=fix(g.out))
+
+
+def findings_of(r: Any, bench: Bench, rows: list[dict[str, Any]]) -> None:
+    """Each finding timed, appended to ``rows`` as it is done (what was done survives OutOfTime)."""
+    from shapelint import verify
+
+    threshold = max(r.policy.min_speedup, 1.0)
+    for f in r.findings:
+        bench.left()
+        row: dict[str, Any] = {
+            "code": f.code, "module": f.module, "severity": f.severity,
+            "suggestion": f.suggestion.to_json() if f.suggestion else None,
+            "source": f.source.to_json() if f.source else None, "est_speedup": f.est_speedup,
+            "est_ms": f.est_ms, "est_ms_after": f.est_ms_after, "est_step_share": f.step_share, "gain": f.gain}
+        try:
+            c = verify.check_finding(f, r.capture.gemms, r.hardware, bench.timer, bench.runner, bench.block_runner)
+        except OutOfTime:
+            raise
+        except Exception as exc:  # a kernel that cannot run here: say so, go on
+            c, row["error"] = None, f"{type(exc).__name__}: {exc}"[:300]
+        if c is None or c.measured_speedup is None:
+            row["status"] = "not measured"
+        else:
+            m = c.measured_speedup
+            row.update(status="confirmed" if c.confirmed(threshold) else "false alarm", measured_speedup=m,
+                       measured_ms=c.before_ms, measured_ms_after=c.after_ms,
+                       within_25=None if f.est_speedup is None else abs(f.est_speedup / m - 1) <= WITHIN,
+                       gemms=[{"index": x.index, "op": x.op, "phase": x.phase,
+                               "before_ms": x.before.median if x.before else None,
+                               "after_ms": x.after.median if x.after else None} for x in c.gemms])
+        rows.append(row)
+
+
+def fixes(after: Any, before: Any, hw: Any) -> bool:
+    """A finding's suggested shape aligns ``before`` (or removes one of its misaligned
+    leading dimensions): the finding covers that GEMM's misalignment. A finding that
+    names the GEMM for another reason (SL201's batch) does not."""
+    from shapelint.physics.alignment import is_aligned, misaligned_leading_dims
+
+    if is_aligned(before, hw):
+        return False
+    return is_aligned(after, hw) or misaligned_leading_dims(after, hw) < misaligned_leading_dims(before, hw)
+
+
+def misalignments(r: Any, bench: Bench, step_ms: float) -> list[dict[str, Any]]:
+    """Every misaligned leading dimension (grouped by the set of misaligned values, or
+    ``offset`` when only an offset or batch stride breaks the rule), timed before and
+    after padding, with the part of the saving on GEMMs no finding covers."""
+    from shapelint.physics.alignment import is_aligned, misaligned_leading_dims
+
+    by_index = {g.index: g for g in r.capture.gemms}
+    covered = {i for f in r.findings for i, after in zip(f.gemms, f.after) if fixes(after, by_index[i], r.hardware)}
+    groups: dict[str, dict[str, Any]] = {}
+    for g in r.capture.gemms:
+        if g.role == "conv" or is_aligned(g, r.hardware):
+            continue
+        lds = sorted(misaligned_leading_dims(g, r.hardware))
+        key = ",".join(map(str, lds)) or "offset"
+        grp = groups.setdefault(key, {"leading_dims": key, "gemms": 0, "modules": [], "saving_ms": 0.0,
+                                      "uncovered_ms": 0.0, "untimed": 0, "before_ms": 0.0})
+        grp["gemms"] += 1
+        if g.module not in grp["modules"] and len(grp["modules"]) < 4:
+            grp["modules"].append(g.module)
+        try:
+            before, after = bench.ms(g), bench.ms(aligned(g, r.hardware))
+        except OutOfTime:
+            raise
+        except Exception:
+            before = after = None
+        if before is None or after is None:
+            grp["untimed"] += 1
+            continue
+        grp["before_ms"] += before
+        grp["saving_ms"] += before - after
+        if g.index not in covered:
+            grp["uncovered_ms"] += before - after
+    for grp in groups.values():
+        grp["share"] = grp["saving_ms"] / step_ms if step_ms else None
+        grp["uncovered_share"] = grp["uncovered_ms"] / step_ms if step_ms else None
+        grp["costly"] = bool(grp["share"] is not None and grp["share"] >= MISS_SHARE)
+        grp["miss"] = bool(grp["uncovered_share"] is not None and grp["uncovered_share"] >= MISS_SHARE)
+    return sorted(groups.values(), key=lambda x: -x["saving_ms"])
+
+
+def run_model(name: str, config: Path, bench: Bench) -> dict[str, Any]:
+    from shapelint.pipeline import Options, lint_target
+
+    start = time.perf_counter()
+    model: dict[str, Any] = {"model": name, "config": str(config)}
+    try:
+        r = lint_target(config, Options(batch=bench.args.batch, seq=bench.args.seq), bench.hw, bench.rules)
+    except Exception as exc:
+        return {**model, "status": "lint error", "error": f"{type(exc).__name__}: {exc}"[:500]}
+    step_ms = r.step_time.ms if r.step_time else r.step.ms
+    model.update(lint_s=round(time.perf_counter() - start, 2), step_ms=step_ms,
+                 gpu_ms=r.step_time.gpu_ms if r.step_time else None, gemm_count=len(r.capture.gemms),
+                 tokens=r.tokens, gpu=r.hardware.key, status="partial", findings=[], misalignments=[])
+    bench.cache.clear()
+    try:
+        findings_of(r, bench, model["findings"])
+        model["misalignments"] = misalignments(r, bench, step_ms)
+        model["status"] = "done"
+    except OutOfTime:
+        model["status"] = "out of time"
+    if bench.args.device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+    model["time_s"] = round(time.perf_counter() - start, 2)
+    return model
+
+
+def totals(doc: dict[str, Any]) -> dict[str, Any]:
+    fs = [f for m in doc["models"] for f in m.get("findings", [])]
+    conf = sum(f["status"] == "confirmed" for f in fs)
+    false = sum(f["status"] == "false alarm" for f in fs)
+    costly = [x for m in doc["models"] if m.get("status") == "done" for x in m["misalignments"] if x["costly"]]
+    misses = sum(x["miss"] for x in costly)
+    paired = [f for f in fs if f.get("within_25") is not None]
+    return {"models": len(doc["models"]), "done": sum(m.get("status") == "done" for m in doc["models"]),
+            "findings": len(fs), "confirmed": conf, "false_alarms": false,
+            "not_measured": sum(f["status"] == "not measured" for f in fs),
+            "precision": conf / (conf + false) if conf + false else None,
+            "costly_misalignments": len(costly), "misses": misses,
+            "recall": (len(costly) - misses) / len(costly) if costly else None,
+            "within_25": sum(bool(f["within_25"]) for f in paired), "compared": len(paired)}
+
+
+def table(doc: dict[str, Any]) -> str:
+    def x(v: Any, fmt: str = ".2f") -> str:
+        return "-" if v is None else format(v, fmt)
+
+    lines = [f"{'model':30} {'findings':>8} {'confirmed':>9} {'false':>5} {'misses':>6} {'step ms':>8}  status"]
+    for m in doc["models"]:
+        fs = m.get("findings", [])
+        lines.append(f"{m['model'][:30]:30} {len(fs):>8} {sum(f['status'] == 'confirmed' for f in fs):>9} "
+                     f"{sum(f['status'] == 'false alarm' for f in fs):>5} "
+                     f"{sum(g['miss'] for g in m.get('misalignments', [])):>6} {x(m.get('step_ms'), '.1f'):>8}  "
+                     f"{m['status']}{': ' + m['error'][:60] if m.get('error') else ''}")
+        for f in fs:
+            s = f["suggestion"]
+            fix = f"{s['parameter']} {s['from']}→{s['to']}" if s else ""
+            within = {True: "yes", False: "NO", None: "-"}[f.get("within_25")]
+            lines.append(f"    {f['code']} {f['module'][:34]:34} {fix[:30]:30} est {x(f['est_speedup'])}× "
+                         f"measured {x(f.get('measured_speedup'))}× within 25%: {within:3} {f['status']}")
+        for g in m.get("misalignments", []):
+            if g["miss"]:
+                lines.append(f"    MISS ld {g['leading_dims']} ({g['modules'][0]}, {g['gemms']} GEMMs): "
+                             f"{100 * g['uncovered_share']:.1f}% of the step uncovered")
+    t = totals(doc)
+    lines.append(f"precision {x(t['precision'], '.0%')} ({t['confirmed']} confirmed, {t['false_alarms']} false alarms, "
+                 f"{t['not_measured']} not measured); recall {x(t['recall'], '.0%')} ({t['misses']} missed of "
+                 f"{t['costly_misalignments']} misalignments >= {MISS_SHARE:.0%} of a step); est within 25% of "
+                 f"measured: {t['within_25']}/{t['compared']}; {t['done']}/{t['models']} models done")
+    return "\n".join(lines)
+
+
+def environment(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    cuda = args.device == "cuda" and torch.cuda.is_available()
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "commit": commit,
+            "device": torch.cuda.get_device_name() if cuda else "cpu", "python": sys.version.split()[0]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("models", nargs="*", help="corpus folder names (default: all)")
+    p.add_argument("--out", help="JSON results file (written after every model)")
+    p.add_argument("--table", metavar="FILE", help="print the table of a saved results file and exit")
+    p.add_argument("--budget-s", type=float, default=3000.0, help="stop starting work after this many seconds")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--gpu", help="GPU profile to lint for (default: the local GPU's; on --device cpu, h100)")
+    p.add_argument("--batch", type=int)
+    p.add_argument("--seq", type=int)
+    p.add_argument("--tiny", action="store_true", help="smoke test: 2 layers, batch 1 x seq 64 (unless given)")
+    args = p.parse_args()
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text())))
+        return 0
+    if not args.out:
+        p.error("--out FILE is required (or --table FILE)")
+    check_deps()
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("corpus_findings_gpu: no CUDA GPU (torch.cuda.is_available() is False); --device cpu --tiny smoke-tests")
+    if args.tiny:
+        args.batch, args.seq = args.batch or 1, args.seq or 64
+    start = time.monotonic()
+    bench = Bench(args, start + args.budget_s)
+    names = args.models or sorted(p.name for p in CORPUS.iterdir() if (p / "config.json").is_file())
+    unknown = [n for n in names if not (CORPUS / n / "config.json").is_file()]
+    if unknown:
+        sys.exit(f"corpus_findings_gpu: not in {CORPUS}: {', '.join(unknown)}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc: dict[str, Any] = {"env": environment(args), "args": {k: v for k, v in vars(args).items() if k != "table"},
+                           "gpu_profile": bench.hw.key, "miss_share": MISS_SHARE, "models": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            if time.monotonic() > bench.deadline:
+                doc["models"].append({"model": name, "status": "out of time"})
+                continue
+            config = shrink(CORPUS / name / "config.json", Path(tmp)) if args.tiny else CORPUS / name / "config.json"
+            m = run_model(name, config, bench)
+            doc["models"].append(m)
+            write(out, doc)
+            fs = m.get("findings", [])
+            print(f"{name}: {m['status']}, {len(fs)} findings, "
+                  f"{sum(g['miss'] for g in m.get('misalignments', []))} misses, {m.get('time_s', 0)} s", flush=True)
+    doc["elapsed_s"] = round(time.monotonic() - start, 1)
+    write(out, doc)
+    print(table(doc))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
