@@ -100,7 +100,8 @@ def _jobs(text: str) -> int:
 def calibrate_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="shapelint calibrate",
                 description="Measure the local CUDA GPU (GEMM peaks per dtype, copy bandwidth, misalignment "
-                            "penalties, a wave sweep) and write a GPU profile for --gpu-profile.")
+                            "penalties, a wave sweep, the training-step table) and write a GPU profile "
+                            "for --gpu-profile.")
     p.add_argument("--output", "-o", metavar="FILE", default="gpu-profile.yaml",
                    help="where to write the profile (default gpu-profile.yaml)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
