@@ -599,10 +599,14 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
 def _build_hf_real(doc: dict[str, Any], where: str, batch: int | None, seq: int | None, device: str,
                    kind: str) -> Built:
     transformers, config = _hf_config(doc, where)
-    with torch.device(device):
-        model = _hf_model(transformers, config, where, initialise=True)
-        inputs = _hf_inputs(model, config, where, batch or DEFAULT_BATCH, seq)
-    return Built(where, kind, model, inputs)
+    model, inputs = _on_device(device, lambda: _hf_real(transformers, config, where, batch, seq))
+    return Built(where, kind, model.to(device), to_device(inputs, device))
+
+
+def _hf_real(transformers: Any, config: Any, where: str, batch: int | None, seq: int | None
+             ) -> tuple[torch.nn.Module, dict[str, Any]]:
+    model = _hf_model(transformers, config, where, initialise=True)
+    return model, _hf_inputs(model, config, where, batch or DEFAULT_BATCH, seq)
 
 
 #: attention implementations tried in turn: SDPA (what a GPU step runs), then the

@@ -219,7 +219,7 @@ class Trainer:
     fused: bool | None
     compile_s: float | None = None
     first_step_s: float = 0.0
-    graph_breaks: int = 0
+    graphs: int | None = None
     own_inputs: bool = False
     sliced: tuple[str, ...] = ()
 
@@ -300,24 +300,26 @@ def _tensors(x: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(v)
 
 
-def _graph_breaks() -> int:
+def _dynamo_graphs() -> int:
+    """Graphs dynamo has compiled in this process (a variant's share: more than one
+    means its forward broke into pieces)."""
     try:
         from torch._dynamo.utils import counters
     except ImportError:
         return 0
-    return int(sum(counters["graph_break"].values()))
+    return int(counters["stats"]["unique_graphs"])
 
 
 def warm(t: Trainer, device: str, warmup: int, compiled: bool) -> None:
     """The first step (compiling, under torch.compile) and ``warmup`` more, untimed."""
-    breaks = _graph_breaks()
+    graphs = _dynamo_graphs()
     start = time.perf_counter()
     t.step()
     _sync(device)
     t.first_step_s = time.perf_counter() - start
     if compiled:
         t.compile_s = t.first_step_s
-        t.graph_breaks = _graph_breaks() - breaks
+        t.graphs = _dynamo_graphs() - graphs
     for _ in range(warmup):
         t.step()
     _sync(device)
@@ -628,7 +630,7 @@ def _measure_change(r: Result, label: str, findings: tuple[Finding, ...], traine
 
 def _trainer_info(t: Trainer) -> dict[str, Any]:
     return {"compile_s": None if t.compile_s is None else round(t.compile_s, 2),
-            "first_step_s": round(t.first_step_s, 3), "graph_breaks": t.graph_breaks,
+            "first_step_s": round(t.first_step_s, 3), "graphs": t.graphs,
             "fused_optimizer": t.fused, "own_inputs": t.own_inputs, "sliced": list(t.sliced)}
 
 
@@ -664,7 +666,7 @@ def _report(r: Result, opts: RunOptions, applied: list[tuple[Finding, dict[Path,
         "training": r.training, "optimizer": r.step_model.optimizer, "fused_optimizer": before_info.get("fused_optimizer"),
         "est_ms": _r(est), "est_ms_after": _r(est_after), "est_speedup": _r(est / est_after if est_after else None),
         "blocks": opts.schedule.rounds, "steps_per_block": opts.schedule.steps, "warmup": opts.schedule.warmup,
-        "compile_s": {"before": before_info.get("compile_s")}, "graph_breaks": {"before": before_info.get("graph_breaks")},
+        "compile_s": {"before": before_info.get("compile_s")}, "graphs": {"before": before_info.get("graphs")},
     }
     after = results.get("after")
     if after is None:  # nothing applied: the step's absolute time alone
@@ -680,7 +682,7 @@ def _report(r: Result, opts: RunOptions, applied: list[tuple[Finding, dict[Path,
                                                     "after": [_r(x) for x in c.after.blocks]},
                    steps=len(c.before.steps), order=after["order"])
         out["compile_s"]["after"] = after["info"]["compile_s"]
-        out["graph_breaks"]["after"] = after["info"]["graph_breaks"]
+        out["graphs"]["after"] = after["info"]["graphs"]
         out["sliced"] = after["info"]["sliced"]
         out["own_inputs"] = after["info"]["own_inputs"]
     out["est_error"] = _r(est / out["measured_ms"] - 1) if out["measured_ms"] else None
@@ -770,9 +772,9 @@ def report_lines(v: dict[str, Any]) -> list[str]:
         else:
             lines.append(f"  {what}: est. {e['est_speedup']:.3f}×, not measured alone"
                          + (f" ({e['error']})" if e.get("error") else ""))
-    breaks = {k: n for k, n in (v.get("graph_breaks") or {}).items() if n}
-    if breaks:
-        lines.append("  torch.compile broke the graph: " + ", ".join(f"{n} times ({k})" for k, n in breaks.items()))
+    split = {k: n for k, n in (v.get("graphs") or {}).items() if n and n > 1}
+    if split:
+        lines.append("  torch.compile broke the forward into " + ", ".join(f"{n} graphs ({k})" for k, n in split.items()))
     if v["per_finding"] not in ("measured", "the only finding: all at once"):
         lines.append(f"  per finding: {v['per_finding']}")
     for n in v["not_applied"]:

@@ -202,7 +202,7 @@ def test_compiled_mode_excludes_the_compilation_from_the_timing(folders: dict[st
     v = vs.verify_result(r, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer, backend="eager"))
     assert v["mode"] == "compile" and v["est_ms"] == round(r.step_time.ms, 4)
     assert v["compile_s"]["before"] > 0 and v["compile_s"]["after"] > 0
-    assert isinstance(v["graph_breaks"]["before"], int)
+    assert v["graphs"]["before"] >= 1 and v["graphs"]["after"] >= 1
     assert len(timer.calls) == 4 and v["measured_ms"] == 5.0  # only timed blocks reach the timer
 
 
