@@ -27,9 +27,9 @@ For one linted target (a :class:`shapelint.lint.Result`):
    optimizer stays eager, as ``torch.compile(model)`` leaves it.
 3. **Timing** (the method of ``benchmarks/step_gpu.py``): each variant runs one step
    (compiling, under ``--compile``; its wall time is ``compile_s``) and
-   :data:`WARMUP` more, untimed. Then *before* and one other variant alternate in
-   blocks, A B A B ... (:data:`ROUNDS` blocks each, :data:`STEPS_PER_BLOCK` steps a
-   block), on the same input tensors (a variant whose inputs change shape, a padded
+   :data:`WARMUP` more (:data:`COMPILE_EXTRA_WARMUP` more again, compiled), untimed.
+   Then *before* and one other variant alternate in blocks, A B A B ... (:data:`ROUNDS`
+   blocks each, :data:`STEPS_PER_BLOCK` steps a block), on the same input tensors (a variant whose inputs change shape, a padded
    input layer's, gets its own, from the same seed). A pair of CUDA events brackets
    every step and nothing synchronises inside a block. A variant's time is the median
    of its steps.
@@ -72,6 +72,8 @@ ROUNDS = 5
 STEPS_PER_BLOCK = 10
 #: untimed steps after a variant's first step (which compiles under --compile)
 WARMUP = 3
+#: more untimed steps under --compile (Inductor's autotuned kernels settle; step_gpu.py's choice)
+COMPILE_EXTRA_WARMUP = 2
 #: the smallest noise a comparison assumes (0.5%): below it, a speedup is not confirmed
 NOISE_FLOOR = 0.005
 #: per-finding variants are built when 2 to this many findings are applied (each
@@ -320,7 +322,7 @@ def warm(t: Trainer, device: str, warmup: int, compiled: bool) -> None:
     if compiled:
         t.compile_s = t.first_step_s
         t.graphs = _dynamo_graphs() - graphs
-    for _ in range(warmup):
+    for _ in range(warmup + (COMPILE_EXTRA_WARMUP if compiled else 0)):
         t.step()
     _sync(device)
 
