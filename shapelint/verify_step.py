@@ -61,6 +61,7 @@ from typing import Any, Protocol
 
 import torch
 
+from shapelint.capture import AUTOCAST_PRECISIONS, PRECISIONS, loss_or_outputs, split_inputs
 from shapelint.errors import ShapelintError, one_line
 from shapelint.lint import Result
 from shapelint.load import Built, build
@@ -204,8 +205,6 @@ class _Loss(torch.nn.Module):
         self.model = model
 
     def forward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
-        from shapelint.capture import loss_or_outputs
-
         return loss_or_outputs(self.model(*args, **kwargs))
 
 
@@ -241,8 +240,6 @@ def _optimizer(params: list[torch.nn.Parameter], name: str) -> tuple[torch.optim
 def make_trainer(label: str, built: Built, inputs: Any, *, device: str, precision: str, training: bool,
                  optimizer: str, compile: bool, backend: str = "inductor") -> Trainer:
     """The default training step of ``built`` (see the module docstring)."""
-    from shapelint.capture import AUTOCAST_PRECISIONS, PRECISIONS, split_inputs
-
     model = built.model.float().train(training)
     args, kwargs = split_inputs(_float32(inputs))
     params = [p for p in model.parameters() if p.requires_grad] if training else []
