@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true",
                    help="on a CUDA GPU: time each finding's GEMMs before and after its suggestion "
                         "(findings measured below the reporting threshold are marked not confirmed)")
+    p.add_argument("--step", action="store_true",
+                   help="with --verify: also train the real model (random weights) before and after every "
+                        "suggestion and compare the measured step time and speedup with the estimate")
     p.add_argument("--fix", action="store_true",
                    help="apply the findings' suggestions to the files that set the sizes (config.json, shapelint "
                         "YAML, integer literals in Python), then lint the edited targets again")
@@ -205,6 +208,8 @@ def _run(argv: list[str]) -> int:
 
     if args.config and args.no_config:
         raise ShapelintError("--config and --no-config exclude each other")
+    if args.step and not args.verify:
+        raise ShapelintError("--step needs --verify (--verify --step times whole training steps on a CUDA GPU)")
     cfg = load_config(args.config, search=not args.no_config)
     flags = from_args(args)
     given = merged(flags, cfg)
@@ -275,6 +280,11 @@ def _run(argv: list[str]) -> int:
         results = fixing.results
     if args.verify:
         results = _verify(results, args)
+    if args.step:  # shapelint.verify_step: whole training steps, before and after every suggestion
+        from shapelint import verify_step
+
+        results, failed = verify_step.verify_results(results, verify_step.cli_options(_stderr_console()))
+        errors += [_failed(Path(target), ShapelintError(message)) for target, message in failed]
     with session.recording(args.output):
         if args.diff:
             sys.stdout.write(fixing.diff if fixing else "")

@@ -288,16 +288,83 @@ def load_python(path: Path, *, batch: int | None = None, seq: int | None = None)
     quiet_torch_logs()
     defined_at: dict[int, Source] = {}
     with fake_construction(defined_at) as mode:
-        module = _import_file(path)
-        fn = getattr(module, "shapelint_model", None)
-        if not callable(fn):
-            raise ShapelintError(
-                f"{path}: defines no shapelint_model() returning (model, example_inputs)"
-            )
-        result = _call_user(fn, path, "shapelint_model()", **_size_kwargs(fn, batch, seq))
-        model, inputs = _check_built(result, f"{path}: shapelint_model()")
+        model, inputs = _python_model(path, batch, seq)
     validate.built(model, inputs, f"{path}: shapelint_model()")
     return Loaded(str(path), "python", model, inputs, mode, defined_at)
+
+
+def _python_model(path: Path, batch: int | None, seq: int | None) -> tuple[torch.nn.Module, Any]:
+    """What the file's ``shapelint_model()`` returns, in the caller's construction context."""
+    module = _import_file(path)
+    fn = getattr(module, "shapelint_model", None)
+    if not callable(fn):
+        raise ShapelintError(
+            f"{path}: defines no shapelint_model() returning (model, example_inputs)"
+        )
+    result = _call_user(fn, path, "shapelint_model()", **_size_kwargs(fn, batch, seq))
+    return _check_built(result, f"{path}: shapelint_model()")
+
+
+# -- building for real (--verify --step) ----------------------------------------
+
+
+@dataclass
+class Built:
+    """A target's model and example inputs built for real on a device, with random
+    weights: the class, inputs and labels the lint traced (``--verify --step`` trains it)."""
+
+    target: str
+    kind: str
+    model: torch.nn.Module
+    inputs: Any
+
+
+def build(path: Path, *, device: str, batch: int | None = None, seq: int | None = None,
+          allow_builders: Sequence[str] = ()) -> Built:
+    """Build ``path``'s model for real on ``device``, as :func:`load` builds it on fake
+    tensors: a model.py's ``shapelint_model()`` as written, a YAML's builder, a Hugging
+    Face config with the same class choice (:func:`_hf_model`, weights initialised),
+    inputs and labels (:func:`_hf_inputs`). Parameters and floating inputs stay as
+    built (the step casts them, see ``shapelint.verify_step``)."""
+    quiet_torch_logs()
+    kind = target_kind(path)
+    if kind == "hf-config":
+        file = path / "config.json" if path.is_dir() else path
+        return _build_hf_real(read_json(file), str(file), batch, seq, device, kind)
+    if kind == "yaml":
+        doc, _, batch, seq = _yaml_target(path, batch, seq)
+        if "hf_config" in doc:
+            return _build_hf_real(doc["hf_config"], str(path), batch, seq, device, kind)
+        model, inputs = _on_device(device, lambda: _yaml_builder(doc, path, batch, seq, allow_builders))
+        validate.built(model, inputs, f"{path}: {doc['model']}")
+    else:
+        model, inputs = _on_device(device, lambda: _python_model(path, batch, seq))
+        validate.built(model, inputs, f"{path}: shapelint_model()")
+    return Built(str(path), kind, model.to(device), to_device(inputs, device))
+
+
+def _on_device(device: str, make: Callable[[], tuple[torch.nn.Module, Any]]) -> tuple[torch.nn.Module, Any]:
+    """``make()`` with ``device`` as the default device (a model initialised where it
+    trains); code that cannot run so (it mixes devices itself) runs again as written,
+    and what it built is moved."""
+    try:
+        with torch.device(device):
+            return make()
+    except ShapelintError:
+        if torch.device(device).type == "cpu":
+            raise
+    return make()
+
+
+def to_device(x: Any, device: str) -> Any:
+    """Every tensor of ``x`` (tensors, tuples, lists, dicts) on ``device``."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, dict):
+        return {k: to_device(v, device) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(to_device(v, device) for v in x)
+    return x
 
 
 def _resolve_builder(spec: str, yaml_path: Path, allow: Sequence[str] = ()) -> tuple[Callable[..., Any], Path]:
@@ -364,9 +431,29 @@ def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None,
               allow_builders: Sequence[str] = ()) -> Loaded:
     """``allow_builders``: packages outside the YAML's project whose functions its
     ``model:`` may name (the configuration's ``allow-builders``)."""
+    quiet_torch_logs()
+    doc, settings, batch, seq = _yaml_target(path, batch, seq)
+    lines = _yaml_int_lines(path)
+    if "hf_config" in doc:
+        loaded = _build_hf(doc["hf_config"], str(path), batch=batch, seq=seq)
+        loaded.kind, loaded.settings = "yaml", settings
+        loaded.config_keys, loaded.config_file = lines, str(path)
+        return loaded
+    defined_at: dict[int, Source] = {}
+    with fake_construction(defined_at) as mode:
+        model, inputs = _yaml_builder(doc, path, batch, seq, allow_builders)
+    validate.built(model, inputs, f"{path}: {doc['model']}")
+    loaded = Loaded(str(path), "yaml", model, inputs, mode, defined_at, settings)
+    loaded.config_keys, loaded.config_file = lines, str(path)
+    return loaded
+
+
+def _yaml_target(path: Path, batch: int | None, seq: int | None
+                 ) -> tuple[dict[str, Any], dict[str, Any], int | None, int | None]:
+    """A shapelint YAML checked: (document, its own settings, batch, seq), where a
+    given ``batch``/``seq`` wins over the YAML's."""
     from shapelint.capture import PRECISIONS
 
-    quiet_torch_logs()
     doc = read_yaml(path)
     unknown = sorted(set(doc) - YAML_KEYS)
     if unknown:
@@ -375,43 +462,31 @@ def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None,
         raise ShapelintError(f"{path}: needs 'model: module:function' (or 'hf_config: {{...}}')")
     validate.settings(doc, str(path), PRECISIONS)
     settings: dict[str, Any] = {k: doc[k] for k in ("dtype", "gpu", "training", "tp", "batch", "seq") if k in doc}
-    batch = batch or settings.get("batch")
-    seq = seq or settings.get("seq")
-    lines = _yaml_int_lines(path)
-    if "hf_config" in doc:
-        cfg = doc["hf_config"]
-        if not isinstance(cfg, dict):
-            raise ShapelintError(f"{path}: hf_config must be a mapping of config keys")
-        loaded = _build_hf(cfg, str(path), batch=batch, seq=seq)
-        loaded.kind, loaded.settings = "yaml", settings
-        loaded.config_keys, loaded.config_file = lines, str(path)
-        return loaded
+    if "hf_config" in doc and not isinstance(doc["hf_config"], dict):
+        raise ShapelintError(f"{path}: hf_config must be a mapping of config keys")
+    return doc, settings, batch or settings.get("batch"), seq or settings.get("seq")
+
+
+def _yaml_builder(doc: dict[str, Any], path: Path, batch: int | None, seq: int | None,
+                  allow_builders: Sequence[str]) -> tuple[torch.nn.Module, Any]:
+    """The model and inputs a YAML's builder makes, in the caller's construction
+    context (fake tensors for the lint, a device for ``--verify --step``)."""
     if not isinstance(doc["model"], str):
         raise ShapelintError(f"{path}: model must be 'module:function' or 'file.py:function', "
                              f"got {validate.show(doc['model'])}")
     kwargs = validate.kwargs(doc.get("kwargs"), str(path))
     specs = doc.get("inputs")
     validate.inputs(specs, str(path), _TORCH_DTYPES)
-    defined_at: dict[int, Source] = {}
-    with fake_construction(defined_at) as mode:
-        fn, file = _resolve_builder(doc["model"], path, allow_builders)
-        kwargs = {**_size_kwargs(fn, batch, seq), **kwargs}
-        result = _call_user(fn, file, f"builder {doc['model']} (from {path})", builders.search_folders(path),
-                            **kwargs)
-        if isinstance(result, torch.nn.Module):
-            if specs is None:
-                raise ShapelintError(f"{path}: the builder returned a model only; give 'inputs: [{{shape: [...]}}]'")
-            if isinstance(specs, dict):
-                inputs: Any = {k: _input_from_spec(v, f"{path}: inputs.{k}") for k, v in specs.items()}
-            else:
-                inputs = tuple(_input_from_spec(v, f"{path}: inputs[{i}]") for i, v in enumerate(specs))
-            model = result
-        else:
-            model, inputs = _check_built(result, f"{path}: {doc['model']}")
-    validate.built(model, inputs, f"{path}: {doc['model']}")
-    loaded = Loaded(str(path), "yaml", model, inputs, mode, defined_at, settings)
-    loaded.config_keys, loaded.config_file = lines, str(path)
-    return loaded
+    fn, file = _resolve_builder(doc["model"], path, allow_builders)
+    kwargs = {**_size_kwargs(fn, batch, seq), **kwargs}
+    result = _call_user(fn, file, f"builder {doc['model']} (from {path})", builders.search_folders(path), **kwargs)
+    if not isinstance(result, torch.nn.Module):
+        return _check_built(result, f"{path}: {doc['model']}")
+    if specs is None:
+        raise ShapelintError(f"{path}: the builder returned a model only; give 'inputs: [{{shape: [...]}}]'")
+    if isinstance(specs, dict):
+        return result, {k: _input_from_spec(v, f"{path}: inputs.{k}") for k, v in specs.items()}
+    return result, tuple(_input_from_spec(v, f"{path}: inputs[{i}]") for i, v in enumerate(specs))
 
 
 _INT_LINE = re.compile(r'^\s*"?([A-Za-z_][\w.]*)"?\s*:\s*(-?\d+)\s*,?\s*(#.*)?$')
@@ -489,7 +564,8 @@ def _check_dims(doc: dict[str, Any], where: str) -> None:
 RANDOM_STEP_KEYS = ("layerdrop", "encoder_layerdrop", "decoder_layerdrop", "mask_time_prob", "mask_feature_prob")
 
 
-def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | None) -> Loaded:
+def _hf_config(doc: dict[str, Any], where: str) -> tuple[Any, Any]:
+    """transformers and the config ``doc`` describes (random step changes off)."""
     transformers = _import_transformers()
     model_type = doc.get("model_type")
     if not isinstance(model_type, str):
@@ -501,6 +577,11 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
         config = transformers.AutoConfig.for_model(model_type, **fields)
     except Exception as exc:  # noqa: BLE001 - transformers validates configs on construction
         raise ShapelintError(f"{where}: transformers rejects this config: {one_line(exc)}") from exc
+    return transformers, config
+
+
+def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | None) -> Loaded:
+    transformers, config = _hf_config(doc, where)
     defined_at: dict[int, Source] = {}
     with construction_sites(defined_at), torch.device("meta"):
         model = _hf_model(transformers, config, where)
@@ -512,12 +593,28 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
     return Loaded(where, "hf-config", model, inputs, mode, defined_at)
 
 
+def _build_hf_real(doc: dict[str, Any], where: str, batch: int | None, seq: int | None, device: str,
+                   kind: str) -> Built:
+    transformers, config = _hf_config(doc, where)
+    model, inputs = _on_device(device, lambda: _hf_real(transformers, config, where, batch, seq))
+    return Built(where, kind, model.to(device), to_device(inputs, device))
+
+
+def _hf_real(transformers: Any, config: Any, where: str, batch: int | None, seq: int | None
+             ) -> tuple[torch.nn.Module, dict[str, Any]]:
+    model = _hf_model(transformers, config, where, initialise=True)
+    return model, _hf_inputs(model, config, where, batch or DEFAULT_BATCH, seq)
+
+
 #: attention implementations tried in turn: SDPA (what a GPU step runs), then the
 #: architecture's own matmul-softmax-matmul where it has no SDPA path
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 
 
-def _hf_model(transformers: Any, config: Any, where: str) -> torch.nn.Module:
+def _hf_model(transformers: Any, config: Any, where: str, *, initialise: bool = False) -> torch.nn.Module:
+    """The model class shapelint builds for ``config``: its ``architectures`` entry, else
+    a causal LM, else the base model; SDPA attention where it has it. The weights are
+    left uninitialised (fake tensors need no values) unless ``initialise``."""
     arch = (getattr(config, "architectures", None) or [None])[0]
     candidates = []
     if arch and hasattr(transformers, arch):
@@ -527,7 +624,8 @@ def _hf_model(transformers: Any, config: Any, where: str) -> torch.nn.Module:
     for cls in candidates:
         for impl in ATTENTION_IMPLEMENTATIONS:
             try:
-                with _no_init_weights(transformers):  # fake weights need no initial values
+                skip = contextlib.nullcontext() if initialise else _no_init_weights(transformers)
+                with skip:  # fake weights need no initial values
                     build = cls.from_config if hasattr(cls, "from_config") else cls._from_config
                     model = build(config, attn_implementation=impl)
                 tie = getattr(model, "tie_weights", None)

@@ -74,6 +74,10 @@ class Result:
     step_model: StepModel | None = field(default=None, repr=False)
     step_time: StepTime | None = None
     step_time_after: StepTime | None = None
+    #: the options the target was linted with (``--verify --step`` builds it at the same size)
+    options: Options | None = field(default=None, repr=False)
+    #: what ``--verify --step`` measured (``shapelint.verify_step``), for the reporters
+    step_verification: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +145,7 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
     step = step_estimate(cap.gemms, findings, hw)
     return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file,
                   tp=tp, policy=opts.policy, step_model=model, step_time=model.before,
-                  step_time_after=model.after(findings))
+                  step_time_after=model.after(findings), options=opts)
 
 
 def with_findings(result: Result, findings: list[Finding]) -> Result:

@@ -154,6 +154,11 @@ def render(results: Sequence[Result], out: IO[str], *, verbose: bool = False, co
         verdict = f"{n} finding{'s' if n != 1 else ''}" if n else "no findings"
         console.print(f"  {verdict}; {step_line(r)}", highlight=False)
         console.print(f"  {gemm_line(r)}", style="dim", highlight=False)
+        if r.step_verification is not None:
+            from shapelint.verify_step import report_lines
+
+            for line in report_lines(r.step_verification):
+                console.print(f"  {line}", highlight=False)
         console.print()
 
 

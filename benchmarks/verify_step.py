@@ -1,0 +1,313 @@
+"""`shapelint --verify --step` over real Hugging Face configs (issue 10, "Evidence"):
+the estimated whole training step against the measured one, before and after every
+suggestion, eager and under torch.compile.
+
+For each model and mode this runs exactly what the CLI runs: the config is written
+to a temporary folder as a config.json, linted (shapelint.lint.lint_target, the GPU's
+own profile, bf16, the given batch x seq, --compile for compiled rows), then
+shapelint.verify_step.verify_result builds the model for real (random weights),
+applies the suggestions to a copy as --fix --unsafe-fixes would, and times before
+against after in alternating blocks (see shapelint/verify_step.py).
+
+Models (the configs of benchmarks/step_gpu_models.py, published hyperparameters):
+GPT-2 small (vocab 50257), BERT-base MLM at 32 x 512 (vocab 30522), a Llama-style
+model (8 layers, hidden 1600, 16 heads of head_dim 100 written as "head_dim": 100 as
+Llama-3 configs do, SwiGLU 4352, vocab 32000, untied), OPT-125m, Qwen2.5-0.5B; batch
+8 x 1024 unless stated.
+
+    python benchmarks/verify_step.py --out $OUT --models gpt2,bert,llama,opt,qwen2 --modes eager --budget-s 520
+    python benchmarks/verify_step.py --device cpu --tiny --out /tmp/vstep     # smoke run, tiny configs
+    python benchmarks/verify_step.py --table A/verify_step.json B/verify_step.json   # print saved runs' tables
+
+Each result is written to OUT/verify_step.json as soon as it exists (a timeout keeps
+what was done); the table is printed last. Runs as `python benchmarks/verify_step.py`
+from the repository root without installing shapelint (it needs torch, transformers,
+pyyaml and rich).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from step_gpu_models import SECTIONS  # noqa: E402  (pure data, the configs step_gpu.py measured)
+
+SCHEMA = "shapelint.verify_step/1"
+
+#: the class shapelint's loader picks from a config's "architectures"
+ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
+                 "opt": "OPTForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+
+#: model -> (section of step_gpu_models, batch, seq, config overrides)
+MODELS: dict[str, tuple[str, int, int, dict[str, Any]]] = {
+    "gpt2": ("gpt2", 8, 1024, {}),
+    "bert": ("bert", 32, 512, {}),
+    "llama": ("llama", 8, 1024, {"head_dim": 100}),
+    "opt": ("opt", 8, 1024, {}),
+    "qwen2": ("qwen2", 8, 1024, {}),
+}
+MODES = ("eager", "compile")
+
+#: estimated seconds per (model, mode) on an H100 host (16 cores): lint on the CPU, two
+#: builds (one for OPT and Qwen2.5, which have no finding), warm-up, 2 x 50 timed steps,
+#: and under compile one cold Inductor compilation per variant (forward + backward)
+EST_S: dict[tuple[str, str], float] = {
+    ("gpt2", "eager"): 30, ("bert", "eager"): 35, ("llama", "eager"): 30, ("opt", "eager"): 20,
+    ("qwen2", "eager"): 35,
+    ("gpt2", "compile"): 130, ("bert", "compile"): 120, ("llama", "compile"): 110, ("opt", "compile"): 70,
+    ("qwen2", "compile"): 110,
+}
+
+#: --tiny: the same architectures shrunk for a CPU smoke run, the vocabularies kept
+#: (they carry the findings), head_dim kept misaligned for the Llama
+TINY: dict[str, dict[str, Any]] = {
+    "gpt2": {"n_layer": 1, "n_embd": 64, "n_head": 4, "n_positions": 64},
+    "bert": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+             "max_position_embeddings": 64},
+    "llama": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+              "head_dim": 18, "intermediate_size": 128, "max_position_embeddings": 64},
+    "opt": {"num_hidden_layers": 1, "hidden_size": 64, "word_embed_proj_dim": 64, "num_attention_heads": 4,
+            "ffn_dim": 128, "max_position_embeddings": 64},
+    "qwen2": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "intermediate_size": 128, "max_position_embeddings": 64},
+}
+TINY_BATCH, TINY_SEQ = 2, 32
+
+T0 = time.monotonic()
+
+
+def log(*a: Any) -> None:
+    print(f"[{time.monotonic() - T0:7.1f}s]", *a, flush=True)
+
+
+def importable_rules() -> None:
+    """shapelint.rules is the repository's rules/ folder, mapped by the package's install;
+    run from a checkout without installing, map it here."""
+    try:
+        import shapelint.rules  # noqa: F401
+        return
+    except ImportError:
+        pass
+    spec = importlib.util.spec_from_file_location("shapelint.rules", ROOT / "rules" / "__init__.py",
+                                                  submodule_search_locations=[str(ROOT / "rules")])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["shapelint.rules"] = module
+    spec.loader.exec_module(module)
+    import shapelint
+
+    shapelint.rules = module  # type: ignore[attr-defined]
+
+
+def config_for(model: str, tiny: bool) -> tuple[dict[str, Any], int, int]:
+    section, batch, seq, overrides = MODELS[model]
+    cfg = {**SECTIONS[section]["config"], **overrides, "architectures": [ARCHITECTURES[section]]}
+    if tiny:
+        cfg.update(TINY[model])
+        batch, seq = TINY_BATCH, TINY_SEQ
+    return cfg, batch, seq
+
+
+def environment(device: str) -> dict[str, Any]:
+    import torch
+    import transformers
+    from step_gpu import environment as step_gpu_environment  # GPU, driver, clocks, Inductor settings
+
+    env = step_gpu_environment(torch, transformers, device)
+    env["date"] = _dt.date.today().isoformat()
+    try:
+        import shapelint
+
+        env["shapelint"] = shapelint.__version__
+    except Exception:  # noqa: BLE001
+        env["shapelint"] = None
+    return env
+
+
+class Results:
+    def __init__(self, path: Path, env: dict[str, Any], argv: list[str]) -> None:
+        self.path = path
+        self.doc: dict[str, Any] = {"schema": SCHEMA, "env": env, "argv": argv, "records": [], "skipped": [],
+                                    "errors": []}
+        self.flush()
+
+    def add(self, key: str, item: dict[str, Any]) -> None:
+        self.doc[key].append(item)
+        self.flush()
+
+    def flush(self) -> None:
+        self.doc["elapsed_s"] = round(time.monotonic() - T0, 1)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.doc, indent=1))
+        os.replace(tmp, self.path)
+
+
+def run_one(model: str, mode: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """Lint one config and verify its step, as `shapelint CONFIG --verify --step [--compile]` does."""
+    from shapelint import hardware, verify_step
+    from shapelint.check import builtin_rules
+    from shapelint.pipeline import Options, lint_target
+    from shapelint.price import Policy
+
+    cfg, batch, seq = config_for(model, args.tiny)
+    path = folder / model / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cfg, indent=2) + "\n")
+    hw = hardware.resolve(args.gpu) if args.gpu else hardware.default_gpu()
+    policy = Policy(min_step_share=0.0) if args.tiny else Policy()  # tiny steps are host-bound: keep the findings
+    opts = Options(batch=batch, seq=seq, compile=mode == "compile", dtype=args.dtype, policy=policy)
+    t = time.monotonic()
+    r = lint_target(path, opts, hw, builtin_rules())
+    lint_s = time.monotonic() - t
+    log(f"  linted in {lint_s:.1f} s: " + (", ".join(f"{f.code} {f.suggestion}" for f in r.findings) or "no findings"))
+    schedule = verify_step.Schedule(args.rounds, args.steps, args.warmup)
+    t = time.monotonic()
+    v = verify_step.verify_result(r, verify_step.RunOptions(
+        device=args.device, schedule=schedule, backend=args.backend, note=lambda m: log("  " + m)))
+    verify_s = time.monotonic() - t
+    for line in verify_step.report_lines(v):
+        log("  " + line)
+    return {"model": model, "mode": mode, "batch": batch, "seq": seq, "tokens": r.tokens, "profile": hw.key,
+            "precision": r.precision, "config": cfg, "lint_s": round(lint_s, 1), "verify_s": round(verify_s, 1),
+            "findings": [{"code": f.code, "module": f.module, "suggestion": f.suggestion.to_json() if f.suggestion
+                          else None, "step_ms_saved": f.step_ms_saved} for f in r.findings],
+            "step": r.step_time.to_json() if r.step_time else None,
+            "step_after": r.step_time_after.to_json() if r.step_time_after else None,
+            "step_verification": v}
+
+
+def _f(x: Any, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def table(doc: dict[str, Any]) -> str:
+    env = doc.get("env", {})
+    out = [f"{env.get('gpu') or env.get('device')} | driver {env.get('driver')} | torch {env.get('torch')} | "
+           f"transformers {env.get('transformers')} | {env.get('date_utc') or env.get('date')}",
+           "",
+           "| model | mode | batch×seq | applied | est. ms | est. ms after | measured ms | measured ms after "
+           "| est. × | measured × | abs. error | speedup error | confirmed |",
+           "|" + "---|" * 13]
+    notes = []
+    for rec in doc.get("records", []):
+        v = rec["step_verification"]
+        applied = ", ".join(f"{e['code']} {e['suggestion']['parameter']} {e['suggestion']['from']}→"
+                            f"{e['suggestion']['to']}" for e in v["findings"] if e.get("suggestion")) or "none"
+        confirmed = {True: "yes", False: "no", None: "-"}[v.get("confirmed")]
+        abs_err = v.get("est_error")
+        sp_err = v.get("speedup_error")
+        out.append(f"| {rec['model']} | {rec['mode']} | {rec['batch']}×{rec['seq']} | {applied} "
+                   f"| {_f(v['est_ms'], '.1f')} | {_f(v['est_ms_after'] if v.get('measured_ms_after') else None, '.1f')} "
+                   f"| {_f(v['measured_ms'], '.1f')} | {_f(v.get('measured_ms_after'), '.1f')} "
+                   f"| {_f(v['est_speedup'] if v.get('measured_speedup') else None, '.3f')} "
+                   f"| {_f(v.get('measured_speedup'), '.3f')} "
+                   f"| {_pct(abs_err)} | {_pct(sp_err)} | {confirmed} |")
+        notes += [f"{rec['model']} {rec['mode']}: not applied: {n['code']} {n['suggestion']}: {n['reason']}"
+                  for n in v.get("not_applied", [])]
+    out += notes
+    for s in doc.get("skipped", []):
+        out.append(f"skipped: {s}")
+    for e in doc.get("errors", []):
+        out.append(f"error: {e.get('model')} {e.get('mode')}: {e.get('error')}")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "verify_step_out"))
+    ap.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma list of eager, compile")
+    ap.add_argument("--budget-s", type=float, default=520.0,
+                    help="wall budget: a model/mode whose estimated time no longer fits is skipped")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--tiny", action="store_true", help="tiny configs (CPU smoke run)")
+    ap.add_argument("--gpu", help="the GPU profile to estimate on (default: the local GPU's)")
+    ap.add_argument("--dtype", help="the lint's precision (default bf16; --tiny on the CPU: tf32, which the "
+                                    "CPU runs in fp32, fast)")
+    ap.add_argument("--backend", default="inductor", help="torch.compile backend (eager: a quick CPU smoke run)")
+    ap.add_argument("--rounds", type=int, help="alternating blocks per variant (default 5; --tiny on the CPU: 2)")
+    ap.add_argument("--steps", type=int, help="steps per block (default 10; --tiny on the CPU: 2)")
+    ap.add_argument("--warmup", type=int, help="untimed steps after the first (default 3; --tiny on the CPU: 1)")
+    ap.add_argument("--table", nargs="+", metavar="FILE", help="print the table of saved result files and exit")
+    args = ap.parse_args()
+    if args.table:
+        for file in args.table:
+            print(table(json.loads(Path(file).read_text())) + "\n")
+        return 0
+    models = [m for m in args.models.split(",") if m]
+    modes = [m for m in args.modes.split(",") if m]
+    for m in models:
+        if m not in MODELS:
+            ap.error(f"unknown model {m}; known: {', '.join(MODELS)}")
+    for m in modes:
+        if m not in MODES:
+            ap.error(f"unknown mode {m}; known: {', '.join(MODES)}")
+    if args.tiny and args.device == "cpu":
+        args.dtype = args.dtype or "tf32"
+        args.rounds, args.steps, args.warmup = args.rounds or 2, args.steps or 2, args.warmup or 1
+    args.rounds, args.steps, args.warmup = args.rounds or 5, args.steps or 10, args.warmup or 3
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device (use --device cpu --tiny for a smoke run)", file=sys.stderr)
+        return 2
+    importable_rules()
+    env = environment(args.device)
+    log("env:", json.dumps({k: v for k, v in env.items() if k != "nvidia_smi"}))
+    res = Results(out / "verify_step.json", env, sys.argv[1:])
+    deadline = T0 + args.budget_s
+    scale = 0.05 if args.tiny else 1.0
+    with tempfile.TemporaryDirectory(prefix="verify-step-configs-") as folder:
+        for mode in modes:  # eager rows first: they are quick
+            for model in models:
+                est = EST_S[(model, mode)] * scale
+                left = deadline - time.monotonic()
+                if left < est:
+                    log(f"skip {model} {mode}: {left:.0f} s left < estimated {est:.0f} s")
+                    res.add("skipped", {"model": model, "mode": mode, "left_s": round(left), "est_s": est})
+                    continue
+                log(f"== {model} {mode} (est. {est:.0f} s, {left:.0f} s left)")
+                t = time.monotonic()
+                try:
+                    rec = run_one(model, mode, args, Path(folder))
+                    rec["wall_s"] = round(time.monotonic() - t, 1)
+                    res.add("records", rec)
+                except Exception as exc:  # noqa: BLE001 - one failed row must not lose the others
+                    log(f"!! {model} {mode} failed: {exc!r}")
+                    res.add("errors", {"model": model, "mode": mode, "error": repr(exc)[:2000],
+                                       "traceback": traceback.format_exc()[-3000:]})
+                    if args.device == "cuda":
+                        torch.cuda.empty_cache()
+    if args.device == "cuda":
+        from step_gpu import gpu_state
+
+        res.doc["env"]["gpu_state_end"] = gpu_state()
+        res.flush()
+    print("\n" + table(res.doc), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
