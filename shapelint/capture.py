@@ -35,7 +35,7 @@ from shapelint.gemm_shapes import (
     extract,
 )
 from shapelint.physics.attention import EFFICIENT_ALIGN_BYTES, AttentionCall, compiled_call, gpu_kernel
-from shapelint.physics.kernels import kernel_class
+from shapelint.physics.kernels import kernel_class, read_bytes
 from shapelint.records import Gemm, Op, Phase, Role, Source
 
 #: the compute precisions a user can train with, and the torch dtype GEMMs run in
@@ -282,8 +282,10 @@ class _Recorder:
                     self._serial(o, ins[0])
             return
         in_place = name.endswith("_") or "out" in kwargs
-        reads = tuple((self._serial(t), _stored_bytes(t)) for t in ins)
         writes = tuple((self._serial(o, ins[0] if in_place and ins else None), _stored_bytes(o)) for o in outs)
+        read = read_bytes(name, [(_stored_bytes(t), t.numel(), t.element_size()) for t in ins],
+                          sum(b for _, b in writes))
+        reads = tuple((self._serial(t), b) for t, b in zip(ins, read))
         nbytes = (0 if kclass == "fill" else sum(b for _, b in reads)) + sum(b for _, b in writes)
         widest = max((t.element_size() for t in ins + outs if t.is_floating_point()), default=2)
         strided = kclass == "copy" and any(not t.is_contiguous() for t in ins + outs if t.dim() > 1)

@@ -246,3 +246,26 @@ def test_hugging_face_masks_under_compile(tmp_path) -> None:
     # eager: no mask (is_causal / none), as on a GPU; compiled: transformers builds one (GPT-2:
     # the dispatcher shapelint mirrors refuses cuDNN for dropout 0.1; torch 2.11 ran cuDNN: priced alike)
     assert kernels == {"gpt2": {("flash", "efficient")}, "bert": {("flash", "math")}}
+
+
+class Lookup(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(1000, 64)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        logits = self.emb(ids).float() @ self.emb.weight.float().t()
+        return nn.functional.cross_entropy(logits, ids)
+
+
+def test_gathers_read_only_what_they_index() -> None:
+    cap, _ = trace(lambda: (Lookup(), torch.randint(0, 1000, (32,))), precision="fp32")
+    ops = {o.name: o for o in cap.ops}
+    # the embedding reads 32 rows of the 1000 x 64 table (what it writes), and the 32 ids
+    assert ops["embedding"].bytes == 32 * 64 * 4 + 32 * 8 + 32 * 64 * 4
+    # the loss reads one logit per row of the 32 x 1000 log-probabilities, not all of them
+    assert ops["nll_loss_forward"].kind == "reduction"
+    assert ops["nll_loss_forward"].bytes == 32 * 4 + 32 * 8 + 2 * 4  # logits read, ids, loss and total weight
+    # its backward zero-fills the 32 x 1000 gradient and writes one value a row: a fill, no reads
+    assert ops["nll_loss_backward"].kind == "fill" and ops["nll_loss_backward"].bytes == 32 * 1000 * 4
+    assert all(b == 0 for _, b in ops["nll_loss_backward"].reads)
