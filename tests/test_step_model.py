@@ -9,6 +9,8 @@ from dataclasses import replace
 
 import pytest
 import torch
+from _rules import run_rule
+from shapelint.rules import sl301_attention_head_dim as sl301
 from torch import nn
 
 from shapelint import hardware
@@ -16,6 +18,7 @@ from shapelint.capture import AUTOCAST_PRECISIONS, capture, compile_builds_mask,
 from shapelint.lint import trace
 from shapelint.load import load
 from shapelint.physics.attention import AttentionCall, compiled_call, gpu_kernel, math_kernel
+from shapelint.price import StepModel, best_after
 from shapelint.price.gemm import gemm_ms, work_ms
 from shapelint.price.step import (
     Step,
@@ -269,3 +272,27 @@ def test_gathers_read_only_what_they_index() -> None:
     # its backward zero-fills the 32 x 1000 gradient and writes one value a row: a fill, no reads
     assert ops["nll_loss_backward"].kind == "fill" and ops["nll_loss_backward"].bytes == 32 * 1000 * 4
     assert all(b == 0 for _, b in ops["nll_loss_backward"].reads)
+
+
+def test_head_dim_fix_under_compile_leaves_the_math_kernel(tmp_path) -> None:
+    cfg = {"model_type": "llama", "hidden_size": 1600, "intermediate_size": 512, "num_hidden_layers": 1,
+           "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 128,
+           "architectures": ["LlamaForCausalLM"]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    loaded = load(path, batch=2, seq=1024, dtype="bf16")
+    with loaded.fake_mode:
+        cap = capture(loaded.model, to_precision(loaded.model, loaded.inputs, "bf16"), precision="bf16")
+    step = Step(cap.gemms, cap.ops, cap.params)
+    (finding,) = run_rule(sl301, cap.gemms, H100)
+    assert {dict(cap.gemms[i].extra)["compiled"] for i in finding.gemms} == {"math"}  # head_dim 100, a mask
+    eager, compiled = StepModel(step, H100, "eager"), StepModel(step, H100, "compile")
+    f_eager, _ = eager.priced(finding)
+    f_compiled, _ = compiled.priced(finding)
+    assert "math kernel" in f_compiled.step_note and f_compiled.step_ms_saved > 2 * (f_eager.step_ms_saved or 0)
+    # after the change the attention runs fused under the mask: every tile, at the masked rate
+    times = best_after([finding])
+    forward = next(op for op in step.ops if op.kind == "attention")
+    call = [step.gemms[i] for i in forward.gemms]
+    ms, kernels = attention_ms(call, H100, "compile", times)
+    assert kernels == 1 and math.isclose(ms, sum(times[g.index] for g in call) / (0.55 * 0.83))
