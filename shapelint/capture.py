@@ -288,7 +288,7 @@ class _Recorder:
         reads = tuple((self._serial(t), b) for t, b in zip(ins, read))
         nbytes = (0 if kclass == "fill" else sum(b for _, b in reads)) + sum(b for _, b in writes)
         widest = max((t.element_size() for t in ins + outs if t.is_floating_point()), default=2)
-        strided = kclass == "copy" and any(not t.is_contiguous() for t in ins + outs if t.dim() > 1)
+        strided = kclass in ("copy", "pointwise") and any(not t.is_contiguous() for t in ins + outs if t.dim() > 1)
         backward = not self.stack and torch._C._current_autograd_node() is not None
         owner = self.stack[-1].path if self.stack else ""
         self.ops.append((name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided))

@@ -34,7 +34,7 @@ class StepProfile:
     elementwise_efficiency: float = 0.9
     #: row reductions: softmax, norms, losses, sums
     reduction_efficiency: float = 0.45
-    #: a copy that reads or writes a strided (sliced) tensor
+    #: a copy or pointwise kernel that reads or writes a strided (sliced, transposed) tensor
     strided_copy_efficiency: float = 0.55
     #: a copy that transposes (Inductor's pad of a transposed GEMM operand)
     transpose_copy_efficiency: float = 0.3

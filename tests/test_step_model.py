@@ -25,6 +25,7 @@ from shapelint.price.step import (
     attention_ms,
     fused_regions,
     memory_kernel_ms,
+    op_ms,
     optimizer_ms,
     pad_mm_padded,
     slice_ms,
@@ -296,3 +297,16 @@ def test_head_dim_fix_under_compile_leaves_the_math_kernel(tmp_path) -> None:
     call = [step.gemms[i] for i in forward.gemms]
     ms, kernels = attention_ms(call, H100, "compile", times)
     assert kernels == 1 and math.isclose(ms, sum(times[g.index] for g in call) / (0.55 * 0.83))
+
+
+class Rotate(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = x.view(8, 64, 4, 16).transpose(1, 2)  # [B, H, T, d]: a strided view, as RoPE sees q
+        return q * 2.0
+
+
+def test_pointwise_on_a_strided_tensor_runs_at_the_strided_rate() -> None:
+    cap, _ = trace(lambda: (Rotate(), torch.randn(8, 64, 64)), precision="fp32", training=False)
+    (mul,) = [o for o in cap.ops if o.name == "mul"]
+    assert mul.kind == "pointwise" and mul.strided and mul.bytes == 2 * 8 * 64 * 64 * 4
+    assert op_ms(mul, H100) == memory_kernel_ms(mul.bytes, H100.step.strided_copy_efficiency, H100)

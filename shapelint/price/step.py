@@ -11,7 +11,8 @@ and its ``step`` table):
                       (shapelint.physics.attention), plus attention_dropout_ps per
                       score element it computes where it applies dropout; PyTorch's
                       math kernel as unfused fp32 GEMMs and softmax passes
-    memory-bound op   max(bytes / (bandwidth · efficiency of its class), min_kernel_us)
+    memory-bound op   max(bytes / (bandwidth · efficiency of its class), min_kernel_us);
+                      a copy or pointwise op on a strided tensor at the strided rate
     optimizer         passes · parameter bytes / (bandwidth · optimizer_efficiency),
                       in ceil(tensors / 36) or ceil(elements / (65536 · 320)) launches
     GPU time          kernel time + kernels · kernel_gap_us
@@ -130,7 +131,7 @@ def op_ms(op: Op, hw: Hardware) -> float:
     s = hw.step
     if op.kind == "reduction":
         eff = s.reduction_efficiency
-    elif op.kind == "copy" and op.strided:
+    elif op.kind in ("copy", "pointwise") and op.strided:
         eff = s.strided_copy_efficiency
     else:
         eff = s.elementwise_efficiency
