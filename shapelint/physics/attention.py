@@ -21,6 +21,11 @@ from shapelint.records import ATTN_ROLES, Gemm, Operand, Role, Work
 MAX_FUSED_HEAD_DIM = 256
 #: element size of the dtypes the flash / cuDNN kernels run (bf16, fp16)
 FLASH_DTYPE_BYTES = 2
+#: flash pads a head dimension to a multiple of this (``pad_last_dim<8>`` in ATen's
+#: attention.cu) and copies [B, H, T, d] tensors in and out of the padded layout: q, k,
+#: v in and the output out forward; the output gradient in and dq, dk, dv out backward
+FLASH_PAD_TO = 8
+FLASH_PAD_COPIES = 4
 #: the dtype PyTorch's math attention kernel computes half-precision inputs in
 #: (torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp is False by default)
 MATH_DTYPE = "fp32"

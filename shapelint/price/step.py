@@ -9,8 +9,9 @@ and its ``step`` table):
     GEMM              shapelint.price.gemm (one kernel per op)
     attention         its GEMMs (shapelint.price.gemm) on the kernel PyTorch picks
                       (shapelint.physics.attention), plus attention_dropout_ps per
-                      score element it computes where it applies dropout; PyTorch's
-                      math kernel as unfused fp32 GEMMs and softmax passes
+                      score element it computes where it applies dropout, and flash's
+                      copies in and out of a padded head dimension; PyTorch's math
+                      kernel as unfused fp32 GEMMs and softmax passes
     memory-bound op   max(bytes / (bandwidth · efficiency of its class), min_kernel_us);
                       a copy or pointwise op on a strided tensor at the strided rate
     optimizer         passes · parameter bytes / (bandwidth · optimizer_efficiency),
@@ -44,7 +45,7 @@ from functools import cached_property
 from typing import Literal
 
 from shapelint.hardware import Hardware
-from shapelint.physics.attention import math_kernel
+from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, head_dim, math_kernel
 from shapelint.physics.reshape import set_dim
 from shapelint.price.gemm import CAUSAL_WORK, gemm_ms, work_ms
 from shapelint.records import Gemm, Op, Slice
@@ -156,8 +157,9 @@ def optimizer_ms(params: Sequence[tuple[int, int]], optimizer: str, hw: Hardware
 def attention_ms(call: Sequence[Gemm], hw: Hardware, mode: Mode,
                  times: Mapping[int, float] | None = None) -> tuple[float, int]:
     """(time, kernels) of one attention op of the step: ``call`` is the GEMMs of one
-    kernel (the forward's, or the backward's). ``times`` overrides GEMMs' times (a
-    finding's after-times, as a fused kernel runs them eager: under compile they are
+    kernel (the forward's, or the backward's), plus, on flash with a head dimension it
+    pads, the copies in and out of the padded layout. ``times`` overrides GEMMs' times
+    (a finding's after-times, as a fused kernel runs them eager: under compile they are
     taken to run fused with the mask, where transformers gives one)."""
     times = times or {}
     extra = dict(call[0].extra)
@@ -177,10 +179,17 @@ def attention_ms(call: Sequence[Gemm], hw: Hardware, mode: Mode,
             ms += gemm_ms(full, hw) / hw.step.masked_attention_efficiency
         else:
             ms += gemm_ms(g, hw)
+    scores = next((g for g in call if g.role == "attn_scores"), call[0])
     if extra.get("dropout"):
-        scores = next((g for g in call if g.role == "attn_scores"), call[0])
         elements = scores.batch * scores.m * scores.n * (CAUSAL_WORK if causal else 1.0)
         ms += elements * hw.step.attention_dropout_ps * 1e-9
+    d = head_dim(scores)
+    # copies into and out of the padded head dimension (a finding on these GEMMs fixes the head dimension)
+    if kernel == "flash" and d % FLASH_PAD_TO and not any(g.index in times for g in call):
+        padded = d + -d % FLASH_PAD_TO
+        nbytes = scores.batch * scores.m * (d + padded) * scores.dtype_bytes
+        ms += FLASH_PAD_COPIES * memory_kernel_ms(nbytes, hw.step.strided_copy_efficiency, hw)
+        return ms, 1 + FLASH_PAD_COPIES
     return ms, 1
 
 
