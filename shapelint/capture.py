@@ -17,6 +17,7 @@ import os
 import sys
 import sysconfig
 import weakref
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Iterator, cast
 
@@ -33,7 +34,8 @@ from shapelint.gemm_shapes import (
     GemmShape,
     extract,
 )
-from shapelint.physics.kernels import kernel_class
+from shapelint.physics.attention import EFFICIENT_ALIGN_BYTES, AttentionCall, compiled_call, gpu_kernel
+from shapelint.physics.kernels import kernel_class, read_bytes
 from shapelint.records import Gemm, Op, Phase, Role, Source
 
 #: the compute precisions a user can train with, and the torch dtype GEMMs run in
@@ -280,11 +282,13 @@ class _Recorder:
                     self._serial(o, ins[0])
             return
         in_place = name.endswith("_") or "out" in kwargs
-        reads = tuple((self._serial(t), _stored_bytes(t)) for t in ins)
         writes = tuple((self._serial(o, ins[0] if in_place and ins else None), _stored_bytes(o)) for o in outs)
+        read = read_bytes(name, [(_stored_bytes(t), t.numel(), t.element_size()) for t in ins],
+                          sum(b for _, b in writes))
+        reads = tuple((self._serial(t), b) for t, b in zip(ins, read))
         nbytes = (0 if kclass == "fill" else sum(b for _, b in reads)) + sum(b for _, b in writes)
         widest = max((t.element_size() for t in ins + outs if t.is_floating_point()), default=2)
-        strided = kclass == "copy" and any(not t.is_contiguous() for t in ins + outs if t.dim() > 1)
+        strided = kclass in ("copy", "pointwise") and any(not t.is_contiguous() for t in ins + outs if t.dim() > 1)
         backward = not self.stack and torch._C._current_autograd_node() is not None
         owner = self.stack[-1].path if self.stack else ""
         self.ops.append((name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided))
@@ -438,8 +442,10 @@ def _fused_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, att
         query, key, value = (t.to(lowered) for t in (query, key, value))
     if not (query.dtype == key.dtype == value.dtype):
         return None
-    kernel = gpu_kernel(AttentionCall.of(query, key, value, attn_mask, dropout_p, is_causal))
-    return torch.ops.shapelint.fused_attention(query, key, value, attn_mask, is_causal, scale, kernel)
+    call = attention_call(query, key, value, attn_mask, dropout_p, is_causal)
+    compiled = gpu_kernel(compiled_call(call, is_causal)) if attn_mask is None and compile_builds_mask.get() else ""
+    return torch.ops.shapelint.fused_attention(query, key, value, attn_mask, is_causal, scale, gpu_kernel(call),
+                                               compiled, float(dropout_p))
 
 
 def _autocast_dtype(device: str) -> torch.dtype | None:
@@ -450,57 +456,32 @@ def _autocast_dtype(device: str) -> torch.dtype | None:
     return None
 
 
-# -- the kernel PyTorch picks ---------------------------------------------------------
-# Mirrors ``sdp::select_sdp_backend`` (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp)
-# for an sm90 GPU (H100/H200) with cuDNN >= 9.15.1, where PyTorch tries cuDNN, flash,
-# memory-efficient, math in that order. docs/attention-kernels.md says which check
-# each condition stands for.
+# -- the call the dispatcher sees (shapelint.physics.attention picks the kernel) ------------
 
 #: the dtypes the cuDNN and flash kernels take (``check_dtypes_low_precision``)
 _HALF = (torch.float16, torch.bfloat16)
-#: largest head dimension of the flash and cuDNN (cuDNN frontend >= 1.24) kernels
-MAX_FUSED_HEAD_DIM = 256
-#: head dimensions cuDNN's backward takes on sm90 besides both <= 128
-_CUDNN_BACKWARD_DIMS = ((192, 128), (256, 256))
-_CUDNN_BACKWARD_MAX = 128
-#: cuDNN dropout probability resolution (``check_cudnn_dropout``)
-_CUDNN_DROPOUT_STEPS = 16
-#: the memory-efficient kernel's head-dim and pointer alignment, bytes
-#: (``minimum_gemm_alignment`` on sm80+: 128 bits)
-_EFFICIENT_ALIGN_BYTES = 16
+
+#: set while transformers' mask code has skipped the mask of the model running
+#: (``shapelint.load`` sets it): its SDPA calls without a mask get one under
+#: torch.compile (``shapelint.physics.attention.compiled_call``)
+compile_builds_mask: ContextVar[bool] = ContextVar("compile_builds_mask", default=False)
 
 
-@dataclass(frozen=True)
-class AttentionCall:
-    """What PyTorch's CUDA dispatcher reads off one SDPA call to pick its kernel."""
-
-    d_qk: int
-    d_v: int
-    seq_q: int
-    seq_k: int
-    dtype: torch.dtype
-    has_mask: bool
-    mask_requires_grad: bool
-    mask_broadcasts: bool
-    dropout_p: float
-    is_causal: bool
-    requires_grad: bool
-    efficient_aligned: bool
-
-    @classmethod
-    def of(cls, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-           dropout_p: float, is_causal: bool) -> AttentionCall:
-        align = max(1, _EFFICIENT_ALIGN_BYTES // q.element_size())
-        aligned = all(int(t.stride()[-1]) == 1 and int(t.storage_offset()) % align == 0 for t in (q, k, v))
-        return cls(
-            d_qk=int(q.shape[-1]), d_v=int(v.shape[-1]), seq_q=int(q.shape[-2]), seq_k=int(k.shape[-2]),
-            dtype=q.dtype, has_mask=mask is not None,
-            mask_requires_grad=mask is not None and mask.requires_grad and torch.is_grad_enabled(),
-            mask_broadcasts=mask is None or _mask_broadcasts(mask, q, k),
-            dropout_p=float(dropout_p), is_causal=bool(is_causal),
-            requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
-            efficient_aligned=aligned,
-        )
+def attention_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                   dropout_p: float, is_causal: bool) -> AttentionCall:
+    """What PyTorch's CUDA dispatcher reads off these tensors."""
+    align = max(1, EFFICIENT_ALIGN_BYTES // q.element_size())
+    aligned = all(int(t.stride()[-1]) == 1 and int(t.storage_offset()) % align == 0 for t in (q, k, v))
+    return AttentionCall(
+        d_qk=int(q.shape[-1]), d_v=int(v.shape[-1]), seq_q=int(q.shape[-2]), seq_k=int(k.shape[-2]),
+        element_bytes=q.element_size(), half=q.dtype in _HALF, has_mask=mask is not None,
+        mask_requires_grad=mask is not None and mask.requires_grad and torch.is_grad_enabled(),
+        mask_broadcasts=mask is None or _mask_broadcasts(mask, q, k),
+        dropout_p=float(dropout_p), is_causal=bool(is_causal),
+        requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
+        efficient_aligned=aligned,
+        mask_unit_stride=mask is None or int(mask.shape[-1]) == 1 or int(mask.stride()[-1]) == 1,
+    )
 
 
 def _mask_broadcasts(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> bool:
@@ -513,45 +494,17 @@ def _mask_broadcasts(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> bo
     return mask.dim() == 4 and int(mask.shape[0]) in (1, int(q.shape[0])) and int(mask.shape[1]) in (1, int(q.shape[1]))
 
 
-def _cudnn_takes(c: AttentionCall) -> bool:
-    if c.dtype not in _HALF or (c.has_mask and (c.mask_requires_grad or not c.mask_broadcasts)):
-        return False
-    if c.d_qk % 8 or c.d_v % 8 or max(c.d_qk, c.d_v) > MAX_FUSED_HEAD_DIM or c.seq_k == 1:
-        return False
-    if c.dropout_p * _CUDNN_DROPOUT_STEPS != int(c.dropout_p * _CUDNN_DROPOUT_STEPS):
-        return False
-    if c.requires_grad and max(c.d_qk, c.d_v) > _CUDNN_BACKWARD_MAX:
-        return (c.d_qk, c.d_v) in _CUDNN_BACKWARD_DIMS
-    return True
-
-
-def _flash_takes(c: AttentionCall) -> bool:
-    return (c.dtype in _HALF and not c.has_mask and c.d_qk == c.d_v <= MAX_FUSED_HEAD_DIM
-            and not (c.is_causal and c.seq_q != c.seq_k))
-
-
-def _efficient_takes(c: AttentionCall) -> bool:
-    align = _EFFICIENT_ALIGN_BYTES // c.dtype.itemsize
-    return c.efficient_aligned and c.d_qk % align == 0 and c.d_v % align == 0
-
-
-def gpu_kernel(c: AttentionCall) -> str:
-    """The SDPA kernel PyTorch runs this call on, on an H100/H200: ``cudnn``,
-    ``flash``, ``efficient`` (memory-efficient) or ``math``."""
-    if _cudnn_takes(c):
-        return "cudnn"
-    if _flash_takes(c):
-        return "flash"
-    return "efficient" if _efficient_takes(c) else "math"
-
-
 # -- shapelint's attention op ---------------------------------------------------------
 # One op for the forward and one for the backward kernel, so that capture (and
-# make_fx) see each fused kernel as one op whose GEMMs gemm_shapes lists.
+# make_fx) see each fused kernel as one op whose GEMMs gemm_shapes lists. ``kernel``
+# is the kernel PyTorch runs the call on; ``compiled`` the one it runs under
+# torch.compile where that call gets a mask there ("" where it is the same call);
+# ``dropout_p`` the attention dropout the kernel applies (the stand-in drops none).
 
 @torch.library.custom_op(f"shapelint::{FUSED_ATTENTION}", mutates_args=())
 def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
-               is_causal: bool, scale: float | None, kernel: str) -> torch.Tensor:
+               is_causal: bool, scale: float | None, kernel: str, compiled: str = "",
+               dropout_p: float = 0.0) -> torch.Tensor:
     """Fused attention as ``kernel`` runs it on the GPU; on real tensors, SDPA."""
     return torch.ops.aten.scaled_dot_product_attention(
         query, key, value, attn_mask, 0.0, is_causal, scale=scale, enable_gqa=True)
@@ -559,7 +512,8 @@ def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn
 
 @_attention.register_fake
 def _attention_fake(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
-                    is_causal: bool, scale: float | None, kernel: str) -> torch.Tensor:
+                    is_causal: bool, scale: float | None, kernel: str, compiled: str = "",
+                    dropout_p: float = 0.0) -> torch.Tensor:
     b, h, t, _ = query.shape
     # the fused kernels write [B, T, H, Dv] and return it as [B, H, T, Dv]
     return query.new_empty((b, t, h, value.shape[-1])).transpose(1, 2)
@@ -567,7 +521,8 @@ def _attention_fake(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 
 @torch.library.custom_op(f"shapelint::{FUSED_ATTENTION_BACKWARD}", mutates_args=())
 def _attention_backward(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                        attn_mask: torch.Tensor | None, is_causal: bool, scale: float | None, kernel: str
+                        attn_mask: torch.Tensor | None, is_causal: bool, scale: float | None, kernel: str,
+                        compiled: str = "", dropout_p: float = 0.0
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv and the mask's gradient (empty when it needs none)."""
     with torch.enable_grad():
@@ -582,7 +537,8 @@ def _attention_backward(grad: torch.Tensor, query: torch.Tensor, key: torch.Tens
 
 @_attention_backward.register_fake
 def _attention_backward_fake(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                             attn_mask: torch.Tensor | None, is_causal: bool, scale: float | None, kernel: str
+                             attn_mask: torch.Tensor | None, is_causal: bool, scale: float | None, kernel: str,
+                             compiled: str = "", dropout_p: float = 0.0
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     dmask = (torch.empty_like(attn_mask) if attn_mask is not None and _mask_needs_grad(attn_mask)
              else query.new_empty(0))
@@ -594,16 +550,16 @@ def _mask_needs_grad(mask: torch.Tensor | None) -> bool:
 
 
 def _attention_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    query, key, value, attn_mask, is_causal, scale, kernel = inputs
+    query, key, value, attn_mask, *options = inputs
     ctx.save_for_backward(query, key, value, attn_mask)
-    ctx.options = (is_causal, scale, kernel)
+    ctx.options = tuple(options)
     ctx.mask_grad = _mask_needs_grad(attn_mask)
 
 
 def _attention_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     query, key, value, attn_mask = ctx.saved_tensors
     dq, dk, dv, dmask = torch.ops.shapelint.fused_attention_backward(grad, query, key, value, attn_mask, *ctx.options)
-    return dq, dk, dv, dmask if ctx.mask_grad else None, None, None, None
+    return (dq, dk, dv, dmask if ctx.mask_grad else None) + (None,) * len(ctx.options)
 
 
 _attention.register_autograd(_attention_grad, setup_context=_attention_setup)

@@ -22,8 +22,8 @@ from shapelint.records import Operand
 
 #: shapelint's own ops (``torch.ops.shapelint.<name>``, defined by ``shapelint.capture``)
 #: for the fused attention kernels a GPU runs: forward (q, k, v, attn_mask,
-#: is_causal, scale, kernel) and backward (grad, q, k, v, attn_mask, is_causal,
-#: scale, kernel)
+#: is_causal, scale, kernel, compiled, dropout_p) and backward (grad, q, k, v,
+#: attn_mask, is_causal, scale, kernel, compiled, dropout_p)
 FUSED_ATTENTION = "fused_attention"
 FUSED_ATTENTION_BACKWARD = "fused_attention_backward"
 
@@ -338,18 +338,20 @@ def _arg(args: Sequence[Any], kwargs: dict[str, Any], index: int, key: str) -> A
     return args[index] if len(args) > index else kwargs.get(key)
 
 
-def _attention_extra(causal: bool, kernel: str | None) -> tuple[tuple[str, object], ...]:
-    return (("is_causal", causal),) + ((("kernel", kernel),) if kernel else ())
+def _attention_extra(causal: bool, kernel: str | None, compiled: str | None = None,
+                     dropout: float | None = None) -> tuple[tuple[str, object], ...]:
+    """``is_causal``; ``kernel``: the SDPA kernel; ``compiled``: the kernel under
+    torch.compile where the call gets a mask there; ``dropout``: attention dropout."""
+    return ((("is_causal", causal),) + ((("kernel", kernel),) if kernel else ())
+            + ((("compiled", compiled),) if compiled else ()) + ((("dropout", dropout),) if dropout else ()))
 
 
 def _fused_attention(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> list[GemmShape]:
     """shapelint's attention ops: the GEMMs of the kernel named in their arguments."""
-    if name == FUSED_ATTENTION:
-        extra = _attention_extra(bool(_arg(args, kwargs, 4, "is_causal")), str(_arg(args, kwargs, 6, "kernel")))
-        shapes = _sdpa("sdpa", *args[:3])
-    else:
-        extra = _attention_extra(bool(_arg(args, kwargs, 5, "is_causal")), str(_arg(args, kwargs, 7, "kernel")))
-        shapes = _sdpa_backward("sdpa", *args[:4])
+    first = 4 if name == FUSED_ATTENTION else 5  # where is_causal is
+    extra = _attention_extra(bool(_arg(args, kwargs, first, "is_causal")), str(_arg(args, kwargs, first + 2, "kernel")),
+                             _arg(args, kwargs, first + 3, "compiled"), _arg(args, kwargs, first + 4, "dropout_p"))
+    shapes = _sdpa("sdpa", *args[:3]) if name == FUSED_ATTENTION else _sdpa_backward("sdpa", *args[:4])
     return [replace(s, extra=extra) for s in shapes]
 
 

@@ -34,7 +34,7 @@ class StepProfile:
     elementwise_efficiency: float = 0.9
     #: row reductions: softmax, norms, losses, sums
     reduction_efficiency: float = 0.45
-    #: a copy that reads or writes a strided (sliced) tensor
+    #: a copy or pointwise kernel that reads or writes a strided (sliced, transposed) tensor
     strided_copy_efficiency: float = 0.55
     #: a copy that transposes (Inductor's pad of a transposed GEMM operand)
     transpose_copy_efficiency: float = 0.3
@@ -48,6 +48,13 @@ class StepProfile:
     host_us_per_kernel: float = 40.0
     #: the same under torch.compile (Inductor's wrappers, autograd, the eager optimizer)
     compile_host_us_per_kernel: float = 40.0
+    #: fraction of a fused attention kernel's rate kept when it applies an explicit mask
+    #: (it then computes every score tile: no causal skipping); 1 where not measured
+    masked_attention_efficiency: float = 1.0
+    #: GPU time a fused attention kernel spends on attention dropout per score element
+    #: it computes (the forward draws the mask, the backward draws it again), picoseconds;
+    #: 0 where not measured
+    attention_dropout_ps: float = 0.0
 
 
 STEP_KEYS = tuple(StepProfile.__dataclass_fields__)

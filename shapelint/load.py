@@ -19,6 +19,7 @@ import inspect
 import math
 import os
 import re
+from contextvars import Token
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -33,7 +34,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from shapelint import builders, validate
-from shapelint.capture import RecordingFakeMode, boundary, user_frame_source
+from shapelint.capture import RecordingFakeMode, boundary, compile_builds_mask, user_frame_source
 from shapelint.errors import ShapelintError, one_line
 from shapelint.files import check_regular, parse_json, parse_yaml, read_text
 from shapelint.locate import json_int_keys
@@ -646,25 +647,49 @@ def _unpacked_sequences(model: torch.nn.Module) -> None:
     sequences. On a GPU it finds that out from the position ids (consecutive, as
     shapelint's inputs make them) and then, with no padding, calls SDPA with
     ``is_causal=True`` and no mask; on fake tensors it cannot read them and builds
-    an explicit mask, which keeps the flash and cuDNN kernels out."""
+    an explicit mask, which keeps the flash and cuDNN kernels out. Where it skips a
+    mask, capture is told (``compile_builds_mask``): under torch.compile it does not."""
     try:
         masking = importlib.import_module("transformers.masking_utils")
     except ImportError:
         return
     if not hasattr(masking, "find_packed_sequence_indices"):
         return
-    saved: list[Any] = []
+    saved: list[tuple[dict[str, Any], Token[bool]]] = []
 
     def enter(*_: Any, **__: Any) -> None:
-        saved.append(getattr(masking, "find_packed_sequence_indices"))  # noqa: B009 - absent in older transformers
+        names = ("find_packed_sequence_indices", *_MASK_SKIPS)
+        originals = {name: getattr(masking, name) for name in names if hasattr(masking, name)}
+        saved.append((originals, compile_builds_mask.set(False)))
         setattr(masking, "find_packed_sequence_indices", _no_packing)  # noqa: B010
+        for name in _MASK_SKIPS:
+            if name in originals:
+                setattr(masking, name, _noting_skips(originals[name]))
 
     def leave(*_: Any, **__: Any) -> None:
         if saved:
-            setattr(masking, "find_packed_sequence_indices", saved.pop())  # noqa: B010
+            originals, token = saved.pop()
+            for name, fn in originals.items():
+                setattr(masking, name, fn)
+            compile_builds_mask.reset(token)
 
     model.register_forward_pre_hook(enter, with_kwargs=True)
     model.register_forward_hook(leave, with_kwargs=True, always_call=True)
+
+
+#: transformers.masking_utils' tests of whether SDPA can go without a mask
+#: (``is_causal`` or none); with torch < 2.14 they say no while dynamo traces
+_MASK_SKIPS = ("_ignore_causal_mask_sdpa", "_ignore_bidirectional_mask_sdpa")
+
+
+def _noting_skips(test: Any) -> Any:
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        skip = test(*args, **kwargs)
+        if skip:
+            compile_builds_mask.set(True)
+        return skip
+
+    return noted
 
 
 def _no_packing(position_ids: torch.Tensor) -> None:

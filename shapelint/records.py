@@ -126,7 +126,8 @@ class Op:
     owner: str = ""
     #: bytes per element of the widest tensor (dtype of the work: 4 for fp32 math)
     element_bytes: int = 2
-    #: a copy that reads or writes a non-contiguous (strided) tensor
+    #: a copy or pointwise op that reads or writes a non-contiguous (strided) tensor: CUDA
+    #: runs it on TensorIterator's non-vectorised path
     strided: bool = False
 
 

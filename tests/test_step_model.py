@@ -9,16 +9,23 @@ from dataclasses import replace
 
 import pytest
 import torch
+from _rules import run_rule
+from shapelint.rules import sl301_attention_head_dim as sl301
 from torch import nn
 
 from shapelint import hardware
-from shapelint.capture import AUTOCAST_PRECISIONS
+from shapelint.capture import AUTOCAST_PRECISIONS, capture, compile_builds_mask, to_precision
 from shapelint.pipeline import trace
-from shapelint.price.gemm import gemm_ms
+from shapelint.load import load
+from shapelint.physics.attention import AttentionCall, compiled_call, gpu_kernel, math_kernel
+from shapelint.price import StepModel, best_after
+from shapelint.price.gemm import gemm_ms, work_ms
 from shapelint.price.step import (
     Step,
+    attention_ms,
     fused_regions,
     memory_kernel_ms,
+    op_ms,
     optimizer_ms,
     pad_mm_padded,
     slice_ms,
@@ -153,3 +160,166 @@ def test_gpt2_config_step_eager_and_compiled(examples, capsys: pytest.CaptureFix
     assert "pad_mm" in fc["step_note"] and fc["step_ms_saved"] < fe["step_ms_saved"] / 3
     # GEMM-only keys are unchanged and say so
     assert s["est_scope"] == "GEMMs only" and s["est_speedup"] > 2
+
+
+# -- attention: the kernel eager and under torch.compile, and its price -------------------
+
+
+def _call(**kw: object) -> AttentionCall:
+    base: dict[str, object] = dict(d_qk=64, d_v=64, seq_q=1024, seq_k=1024, element_bytes=2, half=True,
+                                   has_mask=False, mask_requires_grad=False, mask_broadcasts=True, dropout_p=0.0,
+                                   is_causal=True, requires_grad=True, efficient_aligned=True)
+    return AttentionCall(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_compile_gives_hugging_face_calls_a_mask_and_the_kernel_follows() -> None:
+    # as measured on an H100 (torch 2.11, transformers 5.17; docs/step-measurements.md)
+    causal = _call()
+    assert gpu_kernel(causal) == "cudnn" and gpu_kernel(compiled_call(causal, True)) == "cudnn"
+    assert compiled_call(causal, True).is_causal is False and compiled_call(causal, True).has_mask
+    # head_dim 100: flash pads it eager; with the mask nothing fused takes it
+    hd100 = _call(d_qk=100, d_v=100)
+    assert (gpu_kernel(hd100), gpu_kernel(compiled_call(hd100, True))) == ("flash", "math")
+    # BERT: a bidirectional mask expanded over the keys (last-dim stride 0): math
+    bert = _call(is_causal=False, seq_q=512, seq_k=512, dropout_p=0.1)
+    assert (gpu_kernel(bert), gpu_kernel(compiled_call(bert, False))) == ("flash", "math")
+    assert gpu_kernel(compiled_call(_call(is_causal=False), False)) == "math"
+
+
+def _attention_step(causal: bool, dropout: float, d: int = 64, masked: bool = True) -> Step:
+    class Attn(nn.Module):
+        def forward(self, q: torch.Tensor) -> torch.Tensor:
+            return nn.functional.scaled_dot_product_attention(q, q, q, is_causal=causal, dropout_p=dropout)
+
+    token = compile_builds_mask.set(masked)
+    try:
+        cap, _ = trace(lambda: (Attn(), torch.randn(2, 4, 256, d, requires_grad=True)), precision="bf16")
+    finally:
+        compile_builds_mask.reset(token)
+    return Step(cap.gemms, cap.ops, cap.params)
+
+
+def test_attention_price_eager_masked_and_math() -> None:
+    st = _attention_step(causal=True, dropout=0.1)
+    forward = [g for g in st.gemms if g.phase == "forward"]
+    assert [dict(g.extra) for g in forward[:1]] == [
+        {"is_causal": True, "kernel": "flash", "compiled": "efficient", "dropout": 0.1}]
+    drop = H100.step.attention_dropout_ps * 1e-9  # ms per score element
+    assert H100.step.attention_dropout_ps == 0.8 and H100.step.masked_attention_efficiency == 0.83
+    # eager: the fused GEMMs (causal: 0.55 of the tiles) and dropout over the tiles computed
+    eager, kernels = attention_ms(forward, H100, "eager")
+    assert kernels == 1
+    assert math.isclose(eager, sum(gemm_ms(g, H100) for g in forward) + 8 * 256 * 256 * 0.55 * drop)
+    # compiled with the mask: every tile, at 0.83 of the rate, dropout on every tile
+    full = [replace(g, extra=(("is_causal", False),) + g.extra[1:]) for g in forward]
+    masked, _ = attention_ms(forward, H100, "compile")
+    assert math.isclose(masked, sum(gemm_ms(g, H100) for g in full) / 0.83 + 8 * 256 * 256 * drop)
+    # a bidirectional call: the math kernel under compile, forward GEMMs fp32, backward bf16
+    st = _attention_step(causal=False, dropout=0.0)
+    call = [st.gemms[i] for op in st.ops if op.kind == "attention" for i in op.gemms]
+    assert {dict(g.extra)["compiled"] for g in call} == {"math"}
+    backward = [g for g in call if g.phase != "forward"]
+    ms, kernels = attention_ms(backward, H100, "compile")
+    work = math_kernel(backward, backward_dtype="bf16")
+    assert [g.dtype for g in work.gemms] == ["bf16"] * 4 and kernels == 4 + 1
+    assert work.traffic_bytes == 8 * 256 * 256 * 4 * 3  # the softmax backward: 3 passes over fp32 scores
+    assert math.isclose(ms, work_ms(work, H100))
+    assert [g.dtype for g in math_kernel(call[:2], backward_dtype="bf16").gemms] == ["fp32", "fp32"]
+    # without a mask under compile (not a Hugging Face model), compile prices the eager kernel
+    plain = _attention_step(causal=True, dropout=0.0, masked=False)
+    fwd = [g for g in plain.gemms if g.phase == "forward"]
+    assert "compiled" not in dict(fwd[0].extra)
+    assert attention_ms(fwd, H100, "compile") == attention_ms(fwd, H100, "eager")
+
+
+def test_hugging_face_masks_under_compile(tmp_path) -> None:
+    configs = {"gpt2": {"model_type": "gpt2", "n_layer": 1, "n_embd": 64, "n_head": 4, "vocab_size": 128,
+                        "architectures": ["GPT2LMHeadModel"]},
+               "bert": {"model_type": "bert", "num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4,
+                        "intermediate_size": 128, "vocab_size": 128, "architectures": ["BertForMaskedLM"]}}
+    kernels = {}
+    for name, cfg in configs.items():
+        path = tmp_path / name / "config.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(cfg))
+        loaded = load(path, batch=2, seq=64)
+        with loaded.fake_mode:
+            cap = capture(loaded.model, to_precision(loaded.model, loaded.inputs, "bf16"), precision="bf16")
+        kernels[name] = {(dict(g.extra)["kernel"], dict(g.extra).get("compiled")) for g in cap.gemms
+                         if g.op.startswith("sdpa.")}
+    # eager: no mask (is_causal / none), as on a GPU; compiled: transformers builds one (GPT-2:
+    # the dispatcher shapelint mirrors refuses cuDNN for dropout 0.1; torch 2.11 ran cuDNN: priced alike)
+    assert kernels == {"gpt2": {("flash", "efficient")}, "bert": {("flash", "math")}}
+
+
+class Lookup(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(1000, 64)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        logits = self.emb(ids).float() @ self.emb.weight.float().t()
+        return nn.functional.cross_entropy(logits, ids)
+
+
+def test_gathers_read_only_what_they_index() -> None:
+    cap, _ = trace(lambda: (Lookup(), torch.randint(0, 1000, (32,))), precision="fp32")
+    ops = {o.name: o for o in cap.ops}
+    # the embedding reads 32 rows of the 1000 x 64 table (what it writes), and the 32 ids
+    assert ops["embedding"].bytes == 32 * 64 * 4 + 32 * 8 + 32 * 64 * 4
+    # the loss reads one logit per row of the 32 x 1000 log-probabilities, not all of them
+    assert ops["nll_loss_forward"].kind == "reduction"
+    assert ops["nll_loss_forward"].bytes == 32 * 4 + 32 * 8 + 2 * 4  # logits read, ids, loss and total weight
+    # its backward zero-fills the 32 x 1000 gradient and writes one value a row: a fill, no reads
+    assert ops["nll_loss_backward"].kind == "fill" and ops["nll_loss_backward"].bytes == 32 * 1000 * 4
+    assert all(b == 0 for _, b in ops["nll_loss_backward"].reads)
+
+
+def test_head_dim_fix_under_compile_leaves_the_math_kernel(tmp_path) -> None:
+    cfg = {"model_type": "llama", "hidden_size": 1600, "intermediate_size": 512, "num_hidden_layers": 1,
+           "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 128,
+           "architectures": ["LlamaForCausalLM"]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    loaded = load(path, batch=2, seq=1024)
+    with loaded.fake_mode:
+        cap = capture(loaded.model, to_precision(loaded.model, loaded.inputs, "bf16"), precision="bf16")
+    step = Step(cap.gemms, cap.ops, cap.params)
+    (finding,) = run_rule(sl301, cap.gemms, H100)
+    assert {dict(cap.gemms[i].extra)["compiled"] for i in finding.gemms} == {"math"}  # head_dim 100, a mask
+    eager, compiled = StepModel(step, H100, "eager"), StepModel(step, H100, "compile")
+    _, gpu_eager = eager.priced(finding)
+    f_compiled, gpu_compiled = compiled.priced(finding)
+    assert "math kernel" in f_compiled.step_note and gpu_compiled > 2 * gpu_eager > 0
+    # after the change the attention runs fused under the mask: every tile, at the masked rate
+    times = best_after([finding])
+    forward = next(op for op in step.ops if op.kind == "attention")
+    call = [step.gemms[i] for i in forward.gemms]
+    ms, kernels = attention_ms(call, H100, "compile", times)
+    assert kernels == 1 and math.isclose(ms, sum(times[g.index] for g in call) / (0.55 * 0.83))
+
+
+class Rotate(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = x.view(8, 64, 4, 16).transpose(1, 2)  # [B, H, T, d]: a strided view, as RoPE sees q
+        return q * 2.0
+
+
+def test_pointwise_on_a_strided_tensor_runs_at_the_strided_rate() -> None:
+    cap, _ = trace(lambda: (Rotate(), torch.randn(8, 64, 64)), precision="fp32", training=False)
+    (mul,) = [o for o in cap.ops if o.name == "mul"]
+    assert mul.kind == "pointwise" and mul.strided and mul.bytes == 2 * 8 * 64 * 64 * 4
+    assert op_ms(mul, H100) == memory_kernel_ms(mul.bytes, H100.step.strided_copy_efficiency, H100)
+
+
+def test_flash_copies_a_head_dim_it_pads() -> None:
+    st = _attention_step(causal=True, dropout=0.0, d=100, masked=False)
+    forward = [g for g in st.gemms if g.phase == "forward"]
+    assert dict(forward[0].extra)["kernel"] == "flash"
+    ms, kernels = attention_ms(forward, H100, "eager")
+    # q, k, v into the 104-wide layout and the output out of it: 4 copies of [8, 256, 100 + 104] bf16
+    copy = memory_kernel_ms(8 * 256 * (100 + 104) * 2, H100.step.strided_copy_efficiency, H100)
+    assert kernels == 1 + 4 and math.isclose(ms, sum(gemm_ms(g, H100) for g in forward) + 4 * copy)
+    # a finding that changes these GEMMs fixes the head dimension: no copies after it
+    times = {g.index: gemm_ms(g, H100) for g in forward}
+    assert attention_ms(forward, H100, "eager", times) == (sum(times.values()), 1)

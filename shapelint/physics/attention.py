@@ -1,4 +1,5 @@
-"""Attention kernels: the fused scaled-dot-product kernels (flash, cuDNN,
+"""Attention kernels: which SDPA kernel PyTorch picks for a call (eager, and under
+``torch.compile``), the fused scaled-dot-product kernels (flash, cuDNN,
 memory-efficient), PyTorch's math kernel, and attention written by hand
 (matmul → softmax → matmul).
 
@@ -20,9 +21,15 @@ from shapelint.records import ATTN_ROLES, Gemm, Operand, Role, Work
 MAX_FUSED_HEAD_DIM = 256
 #: element size of the dtypes the flash / cuDNN kernels run (bf16, fp16)
 FLASH_DTYPE_BYTES = 2
+#: flash pads a head dimension to a multiple of this (``pad_last_dim<8>`` in ATen's
+#: attention.cu) and copies [B, H, T, d] tensors in and out of the padded layout: q, k,
+#: v in and the output out forward; the output gradient in and dq, dk, dv out backward
+FLASH_PAD_TO = 8
+FLASH_PAD_COPIES = 4
 #: the dtype PyTorch's math attention kernel computes half-precision inputs in
 #: (torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp is False by default)
 MATH_DTYPE = "fp32"
+MATH_DTYPE_BYTES = 4
 #: owning-module attributes that hold the head dimension / the number of heads
 HEAD_DIM_PARAMS = ("head_dim", "head_size", "attention_head_size", "d_head", "dim_head", "kv_channels")
 HEADS_PARAMS = ("num_heads", "num_attention_heads", "n_head", "n_heads", "nhead", "heads")
@@ -38,6 +45,94 @@ SOFTMAX_PASSES_BACKWARD = 3
 #: QKᵀ writes S, PV reads P; backward writes dP, reads P (dV) and dS twice (dQ, dK)
 GEMM_PASSES_FORWARD = 2
 GEMM_PASSES_BACKWARD = 4
+
+
+# -- the kernel PyTorch picks ---------------------------------------------------------
+# Mirrors ``sdp::select_sdp_backend`` (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp)
+# for an sm90 GPU (H100/H200) with cuDNN >= 9.15.1, where PyTorch tries cuDNN, flash,
+# memory-efficient, math in that order. docs/attention-kernels.md says which check
+# each condition stands for.
+
+#: head dimensions cuDNN's backward takes on sm90 besides both <= 128
+_CUDNN_BACKWARD_DIMS = ((192, 128), (256, 256))
+_CUDNN_BACKWARD_MAX = 128
+#: cuDNN dropout probability resolution (``check_cudnn_dropout``)
+_CUDNN_DROPOUT_STEPS = 16
+#: the memory-efficient kernel's head-dim and pointer alignment, bytes
+#: (``minimum_gemm_alignment`` on sm80+: 128 bits)
+EFFICIENT_ALIGN_BYTES = 16
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """What PyTorch's CUDA dispatcher reads off one SDPA call to pick its kernel
+    (``shapelint.capture`` reads it off the tensors)."""
+
+    d_qk: int
+    d_v: int
+    seq_q: int
+    seq_k: int
+    #: bytes per element of q, k, v; ``half``: fp16 or bf16
+    element_bytes: int
+    half: bool
+    has_mask: bool
+    mask_requires_grad: bool
+    mask_broadcasts: bool
+    dropout_p: float
+    is_causal: bool
+    requires_grad: bool
+    efficient_aligned: bool
+    #: the mask's last dimension has stride 1 (``check_last_dim_stride_equals_1_dense``
+    #: reads the mask too: cuDNN and the memory-efficient kernel refuse an expanded one)
+    mask_unit_stride: bool = True
+
+
+def _cudnn_takes(c: AttentionCall) -> bool:
+    if not c.half or (c.has_mask and (c.mask_requires_grad or not c.mask_broadcasts or not c.mask_unit_stride)):
+        return False
+    if c.d_qk % 8 or c.d_v % 8 or max(c.d_qk, c.d_v) > MAX_FUSED_HEAD_DIM or c.seq_k == 1:
+        return False
+    if c.dropout_p * _CUDNN_DROPOUT_STEPS != int(c.dropout_p * _CUDNN_DROPOUT_STEPS):
+        return False
+    if c.requires_grad and max(c.d_qk, c.d_v) > _CUDNN_BACKWARD_MAX:
+        return (c.d_qk, c.d_v) in _CUDNN_BACKWARD_DIMS
+    return True
+
+
+def _flash_takes(c: AttentionCall) -> bool:
+    return (c.half and not c.has_mask and c.d_qk == c.d_v <= MAX_FUSED_HEAD_DIM
+            and not (c.is_causal and c.seq_q != c.seq_k))
+
+
+def _efficient_takes(c: AttentionCall) -> bool:
+    align = EFFICIENT_ALIGN_BYTES // c.element_bytes
+    return (c.efficient_aligned and c.d_qk % align == 0 and c.d_v % align == 0
+            and not (c.has_mask and not c.mask_unit_stride))
+
+
+def gpu_kernel(c: AttentionCall) -> str:
+    """The SDPA kernel PyTorch runs this call on, on an H100/H200: ``cudnn``,
+    ``flash``, ``efficient`` (memory-efficient) or ``math``."""
+    if _cudnn_takes(c):
+        return "cudnn"
+    if _flash_takes(c):
+        return "flash"
+    return "efficient" if _efficient_takes(c) else "math"
+
+
+def compiled_call(c: AttentionCall, causal: bool) -> AttentionCall:
+    """The call as ``torch.compile`` traces it in a Hugging Face model whose mask
+    code skipped the mask in eager (``transformers.masking_utils``: with torch < 2.14
+    ``is_torchdynamo_exporting()`` is true while dynamo traces, so it never skips):
+    SDPA gets an explicit boolean [B, 1, Tq, Tk] mask and ``is_causal=False``. A
+    causal mask is materialised (last-dimension stride 1); a bidirectional one is
+    a padding vector expanded over the keys (stride 0), which cuDNN and the
+    memory-efficient kernel refuse, so it runs the math kernel. Seen on an H100
+    with torch 2.11 and transformers 5.17 (GPT-2, Llama, Qwen2: cuDNN with the
+    mask; BERT and head_dim 100: math) and on the CPU with transformers 5.23
+    (docs/step-measurements.md)."""
+    return replace(c, has_mask=True, mask_requires_grad=False, mask_broadcasts=True,
+                   mask_unit_stride=causal, is_causal=False)
 
 
 def is_fused(g: Gemm) -> bool:
@@ -97,17 +192,23 @@ def _in_memory(op: Operand) -> Operand:
     return Operand(op.rows, op.cols, op.cols, batch_stride=op.rows * op.cols)
 
 
-def math_kernel(call: Sequence[Gemm]) -> Work:
+def math_kernel(call: Sequence[Gemm], backward_dtype: str | None = None) -> Work:
     """The same fused attention on PyTorch's math kernel: plain batched GEMMs in fp32
     with the scores in memory (no QKᵀ recompute in backward), plus the softmax passes
-    over the fp32 score matrix."""
-    unfused = tuple(replace(g, dtype=MATH_DTYPE, role="", a=_in_memory(g.a), b=_in_memory(g.b),
-                            out=_in_memory(g.out))
-                    for g in call if not g.op.endswith("qk_recompute"))
+    over the fp32 score matrix: forward passes where ``call`` holds forward GEMMs,
+    backward passes where it holds backward ones. ``backward_dtype``: the dtype the
+    backward GEMMs run in where it is not fp32 (under torch.compile Inductor runs
+    them in the compute dtype: bf16 ``bmm`` in the post-grad graph, torch 2.11)."""
+    def math(g: Gemm) -> Gemm:
+        backward = g.phase in ("grad_input", "grad_weight")
+        dtype = backward_dtype if backward and backward_dtype else MATH_DTYPE
+        return replace(g, dtype=dtype, role="", a=_in_memory(g.a), b=_in_memory(g.b), out=_in_memory(g.out))
+
+    unfused = tuple(math(g) for g in call if not g.op.endswith("qk_recompute"))
     qk = next((g for g in call if g.role == "attn_scores"), call[0])
-    training = any(g.phase in ("grad_input", "grad_weight") for g in call)
-    traffic = softmax_traffic_bytes(qk.batch * qk.m * qk.n, unfused[0].dtype_bytes, training)
-    return Work(unfused, traffic)
+    passes = (SOFTMAX_PASSES_FORWARD * any(g.phase in ("forward", "recompute") for g in call)
+              + SOFTMAX_PASSES_BACKWARD * any(g.phase in ("grad_input", "grad_weight") for g in call))
+    return Work(unfused, qk.batch * qk.m * qk.n * MATH_DTYPE_BYTES * passes)
 
 
 # -- attention written by hand -------------------------------------------------------

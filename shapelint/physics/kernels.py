@@ -5,11 +5,13 @@ a kernel: GEMMs and attention by ``shapelint.price.gemm``, the rest by the bytes
 move at the bandwidth of their class. This module says, once, which ops launch
 nothing (views, metadata, allocation), which are row reductions (softmax, norms,
 losses: slower per byte than pointwise kernels), which only write (fills), and which
-copy; everything else is a pointwise kernel.
+copy; everything else is a pointwise kernel. It also says which ops read only part
+of an input (a gather reads the rows an index names, not the whole table).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 #: what a launched kernel does: GEMM and attention kernels are timed by the GEMM model
@@ -28,8 +30,10 @@ NO_KERNEL: frozenset[str] = frozenset({
     "t_", "transpose_", "_nested_view_from_buffer", "_values", "_indices", "alias_copy",
 })
 
-#: ops that write memory without reading any
+#: ops that write memory without reading any (nll_loss_backward zero-fills the
+#: gradient of the logits and writes one element per row: a memset-bound kernel)
 FILL: frozenset[str] = frozenset({
+    "nll_loss_backward", "nll_loss2d_backward",
     "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "fill_", "zero_", "new_zeros",
     "new_ones", "new_full", "scalar_tensor", "arange", "randn", "rand", "randint", "randn_like",
     "rand_like", "bernoulli_", "uniform_", "normal_", "linspace", "eye", "tril_indices", "triu_indices",
@@ -50,8 +54,8 @@ REDUCTION: frozenset[str] = frozenset({
     "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward",
     "native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
     "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training",
-    "_fused_rms_norm", "_fused_rms_norm_backward", "nll_loss_forward", "nll_loss_backward",
-    "nll_loss2d_forward", "nll_loss2d_backward", "embedding_dense_backward", "cumsum", "cumprod",
+    "_fused_rms_norm", "_fused_rms_norm_backward", "nll_loss_forward",
+    "nll_loss2d_forward", "embedding_dense_backward", "cumsum", "cumprod",
     "argmax", "argmin", "topk", "sort", "index_add", "scatter_add", "index_put", "_index_put_impl_",
     "scatter", "scatter_reduce", "all", "any", "prod", "mse_loss", "mse_loss_backward",
     "binary_cross_entropy_with_logits", "smooth_l1_loss", "huber_loss", "l1_loss",
@@ -60,6 +64,28 @@ REDUCTION: frozenset[str] = frozenset({
     "upsample_bilinear2d", "upsample_nearest2d_backward", "upsample_bilinear2d_backward",
     "nonzero", "unique", "_unique2", "bincount", "histc",
 })
+
+
+#: ops that read their largest input only where an index points (a gather): embedding
+#: (weight rows), index_select, gather, index; nll_loss_forward reads one logit per row.
+GATHER: frozenset[str] = frozenset({
+    "embedding", "index_select", "gather", "index", "_unsafe_index", "nll_loss_forward", "nll_loss2d_forward",
+})
+
+
+def read_bytes(name: str, inputs: Sequence[tuple[int, int, int]], written: int) -> list[int]:
+    """The bytes an op reads of each input, given (bytes, elements, element size) of
+    each: all of each, but a fill nothing, and a gather of its table (the largest
+    input) what it writes, or one element per index where it reduces them (the loss),
+    the index count being the smallest other input's."""
+    sizes = [b for b, _, _ in inputs]
+    if name in FILL:
+        return [0] * len(inputs)
+    if name in GATHER and len(inputs) > 1:
+        table = max(range(len(inputs)), key=lambda i: sizes[i])
+        indices = min((n for i, (_, n, _) in enumerate(inputs) if i != table), default=0)
+        sizes[table] = min(sizes[table], max(written, indices * inputs[table][2]))
+    return sizes
 
 
 def kernel_class(name: str) -> KernelClass | None:

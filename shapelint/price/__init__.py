@@ -114,6 +114,9 @@ class StepModel:
         note = ""
         if self.mode == "compile" and any(pad_mm_padded(self.step.gemms[i], self.hw) for i in f.gemms):
             note = "under torch.compile, Inductor's pad_mm pads these GEMMs itself; this is what remains"
+        elif self.mode == "compile" and any(dict(self.step.gemms[i].extra).get("compiled") == "math" for i in f.gemms):
+            note = ("under torch.compile, transformers passes this attention a mask and PyTorch runs its math "
+                    "kernel (fp32 scores in memory); after the change a fused kernel takes the mask")
         elif after.bound == "host" and gpu_saved > 0:
             note = (f"the step is bound by the host issuing its {self.before.kernels} kernels "
                     f"({self.before.host_ms:.1f} ms); this saves {gpu_saved:.2f} ms of GPU time, which shows "

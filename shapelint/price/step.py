@@ -6,8 +6,14 @@ bf16 autocast over fp32 weights, the model's own loss, ``loss.backward()``, fuse
 AdamW, ``zero_grad(set_to_none=True)``. Per kernel, from the profile (``Hardware``
 and its ``step`` table):
 
-    GEMM, attention   shapelint.price.gemm (one kernel per op)
-    memory-bound op   max(bytes / (bandwidth · efficiency of its class), min_kernel_us)
+    GEMM              shapelint.price.gemm (one kernel per op)
+    attention         its GEMMs (shapelint.price.gemm) on the kernel PyTorch picks
+                      (shapelint.physics.attention), plus attention_dropout_ps per
+                      score element it computes where it applies dropout, and flash's
+                      copies in and out of a padded head dimension; PyTorch's math
+                      kernel as unfused fp32 GEMMs and softmax passes
+    memory-bound op   max(bytes / (bandwidth · efficiency of its class), min_kernel_us);
+                      a copy or pointwise op on a strided tensor at the strided rate
     optimizer         passes · parameter bytes / (bandwidth · optimizer_efficiency),
                       in ceil(tensors / 36) or ceil(elements / (65536 · 320)) launches
     GPU time          kernel time + kernels · kernel_gap_us
@@ -21,22 +27,27 @@ write what is read outside it (one kernel, plus one per reduction); ``pad_mm`` p
 GEMM (``mm``, ``addmm``, ``bmm``) whose M, K or N is not a multiple of 8 (bf16/fp16)
 or 4 (fp32) when it is compute-bound by its own test and the padded GEMM with its pad
 copies benchmarks more than 1.1x faster, and then runs the padded one. The optimizer
-stays eager, as ``torch.compile(model)`` leaves it. Attention is the kernel capture
-recorded for eager; Hugging Face models that build an explicit mask only under
-compile can run a slower one (``docs/step-measurements.md``).
+stays eager, as ``torch.compile(model)`` leaves it. Attention: a Hugging Face model
+whose mask transformers skips in eager gets an explicit mask under compile (torch
+< 2.14), and PyTorch picks the kernel for that call
+(``shapelint.physics.attention.compiled_call``): a fused kernel then computes every
+score tile (no causal skipping) at ``masked_attention_efficiency`` of its rate, and
+the math kernel runs its forward GEMMs in fp32 and its backward GEMMs in the compute
+dtype, with one softmax kernel each way (``docs/step-measurements.md``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
 
 from shapelint.hardware import Hardware
+from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, head_dim, math_kernel
 from shapelint.physics.reshape import set_dim
-from shapelint.price.gemm import gemm_ms
+from shapelint.price.gemm import CAUSAL_WORK, gemm_ms, work_ms
 from shapelint.records import Gemm, Op, Slice
 
 Mode = Literal["eager", "compile"]
@@ -121,7 +132,7 @@ def op_ms(op: Op, hw: Hardware) -> float:
     s = hw.step
     if op.kind == "reduction":
         eff = s.reduction_efficiency
-    elif op.kind == "copy" and op.strided:
+    elif op.kind in ("copy", "pointwise") and op.strided:
         eff = s.strided_copy_efficiency
     else:
         eff = s.elementwise_efficiency
@@ -138,6 +149,48 @@ def optimizer_ms(params: Sequence[tuple[int, int]], optimizer: str, hw: Hardware
     launches = max(math.ceil(len(params) / MULTI_TENSOR_TENSORS), math.ceil(chunks / MULTI_TENSOR_BLOCKS))
     seconds = nbytes / (hw.memory_bandwidth_gbps * 1e9 * hw.step.optimizer_efficiency)
     return 1e3 * seconds, launches
+
+
+# -- attention ----------------------------------------------------------------------------
+
+
+def attention_ms(call: Sequence[Gemm], hw: Hardware, mode: Mode,
+                 times: Mapping[int, float] | None = None) -> tuple[float, int]:
+    """(time, kernels) of one attention op of the step: ``call`` is the GEMMs of one
+    kernel (the forward's, or the backward's), plus, on flash with a head dimension it
+    pads, the copies in and out of the padded layout. ``times`` overrides GEMMs' times
+    (a finding's after-times, as a fused kernel runs them eager: under compile they are
+    taken to run fused with the mask, where transformers gives one)."""
+    times = times or {}
+    extra = dict(call[0].extra)
+    masked = mode == "compile" and "compiled" in extra
+    kernel = extra.get("compiled") if masked else extra.get("kernel")
+    causal = bool(extra.get("is_causal")) and not masked
+    if kernel == "math" and not any(g.index in times for g in call):
+        work = math_kernel(call, backward_dtype=call[0].dtype if mode == "compile" else None)
+        return work_ms(work, hw), len(work.gemms) + 1
+    ms = 0.0
+    for g in call:
+        if g.index in times:  # eager fused time; all tiles, at the masked rate, under a mask
+            ms += times[g.index] / ((CAUSAL_WORK if extra.get("is_causal") else 1.0) * hw.step.masked_attention_efficiency
+                                    if masked else 1.0)
+        elif masked:
+            full = replace(g, extra=tuple((k, False if k == "is_causal" else v) for k, v in g.extra))
+            ms += gemm_ms(full, hw) / hw.step.masked_attention_efficiency
+        else:
+            ms += gemm_ms(g, hw)
+    scores = next((g for g in call if g.role == "attn_scores"), call[0])
+    if extra.get("dropout"):
+        elements = scores.batch * scores.m * scores.n * (CAUSAL_WORK if causal else 1.0)
+        ms += elements * hw.step.attention_dropout_ps * 1e-9
+    d = head_dim(scores)
+    # copies into and out of the padded head dimension (a finding on these GEMMs fixes the head dimension)
+    if kernel == "flash" and d % FLASH_PAD_TO and not any(g.index in times for g in call):
+        padded = d + -d % FLASH_PAD_TO
+        nbytes = scores.batch * scores.m * (d + padded) * scores.dtype_bytes
+        ms += FLASH_PAD_COPIES * memory_kernel_ms(nbytes, hw.step.strided_copy_efficiency, hw)
+        return ms, 1 + FLASH_PAD_COPIES
+    return ms, 1
 
 
 # -- torch.compile: pad_mm --------------------------------------------------------------
@@ -262,7 +315,11 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
 
     kernels = 0
     for op in step.ops:
-        if op.kind in ("gemm", "attention"):
+        if op.kind == "attention" and op.gemms:
+            ms, launched = attention_ms([step.gemms[i] for i in op.gemms], hw, mode, gemm_times)
+            add("attention", ms)
+            kernels += launched
+        elif op.kind in ("gemm", "attention"):
             add(op.kind, sum(record_ms(i) for i in op.gemms) if op.gemms else hw.min_gemm_us * 1e-3)
             kernels += 1
         elif mode == "eager":
@@ -315,5 +372,5 @@ def side_ms(slices: Iterable[Slice], hw: Hardware, mode: Mode, training: bool) -
     return sum(slice_ms(s, hw, mode, training) for s in slices)
 
 
-__all__ = ["MODES", "Mode", "Step", "StepTime", "compiled_gemm_ms", "fused_regions", "op_ms", "optimizer_ms",
+__all__ = ["MODES", "Mode", "Step", "StepTime", "attention_ms", "compiled_gemm_ms", "fused_regions", "op_ms", "optimizer_ms",
            "pad_mm_padded", "side_ms", "slice_ms", "step_time"]
