@@ -433,7 +433,7 @@ def _write(results: list, args: argparse.Namespace, fmt: str, rules: Sequence[Ru
     elif fmt == "github":
         from shapelint.report import github
 
-        rendered = github.render(results)
+        rendered = github.render(results, errors)
     else:
         rendered = None
     if args.output:

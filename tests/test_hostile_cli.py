@@ -76,6 +76,20 @@ def test_sarif_says_the_run_was_incomplete(here: Path, capsys: pytest.CaptureFix
                                                           "toolExecutionNotifications": []}]
 
 
+def test_github_annotates_the_targets_that_failed(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 13: ``--format github`` annotated the findings only; a target that could
+    not be linted was a stderr line the pull request never showed."""
+    write_model(here, "bad.py", comment="# shapelint: ignore[SL101")
+    rc, out, err = lint(["model.py", "t.yaml", "bad.py", "--format", "github", "--select", "SL101"], here, capsys)
+    assert rc == 2
+    yaml_error, comment_error = _errors_on_stderr(err)
+    *findings, first, second = out.splitlines()  # bad.py's comment suppresses nothing: its finding stays
+    assert [f.split(",title=")[0] for f in findings] == ["::error file=model.py,line=6", "::error file=bad.py,line=6"]
+    title = "title=shapelint%3A cannot lint this target"
+    assert first == f"::error file=t.yaml,{title}::{yaml_error}"
+    assert second == f"::error file=bad.py,line={LINEAR_LINE},{title}::{comment_error.replace('%', '%25')}"
+
+
 def test_a_failing_target_is_in_the_output_file(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = lint(["model.py", "exits.py", "--format", "json", "-o", "r.json"], here, capsys, outputs=("r.json",))
     assert rc == 2 and [e["target"] for e in json.loads((here / "r.json").read_text())["errors"]] == ["exits.py"]
