@@ -499,13 +499,18 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
     _check_dims(doc, where)
     fields = {k: v for k, v in doc.items() if k not in ("model_type", "transformers_version")}
     fields.update({k: 0.0 for k in RANDOM_STEP_KEYS if k in fields})
+    config_class = transformers.CONFIG_MAPPING[model_type] if model_type in transformers.CONFIG_MAPPING else None
     try:
         config = transformers.AutoConfig.for_model(model_type, **fields)
     except Exception as exc:  # noqa: BLE001 - transformers validates configs on construction
+        reason = validate.hf_heads_reason(config_class, doc)
+        if reason is not None:  # said in the file's keys, not in transformers' words
+            raise ShapelintError(f"{where}: transformers rejects this config: {reason}") from None
         raise ShapelintError(f"{where}: transformers rejects this config: {one_line(exc)}") from exc
+    validate.hf_heads(config, doc, where)
     defined_at: dict[int, Source] = {}
     with construction_sites(defined_at), torch.device("meta"):
-        model = _hf_model(transformers, config, where)
+        model = _hf_model(transformers, config, where, doc)
     _unpacked_sequences(model)
     mode = RecordingFakeMode()
     meta_to_fake(model, mode)
@@ -519,7 +524,7 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 
 
-def _hf_model(transformers: Any, config: Any, where: str) -> torch.nn.Module:
+def _hf_model(transformers: Any, config: Any, where: str, doc: dict[str, Any]) -> torch.nn.Module:
     arch = (getattr(config, "architectures", None) or [None])[0]
     candidates = []
     if arch and hasattr(transformers, arch):
@@ -539,10 +544,12 @@ def _hf_model(transformers: Any, config: Any, where: str) -> torch.nn.Module:
             except ValueError as exc:  # no such attention implementation, or not this auto class's config
                 refusals.append(exc)
             except Exception as exc:  # noqa: BLE001
-                raise ShapelintError(f"{where}: transformers cannot build this model: {one_line(exc)}") from exc
+                why = validate.hf_heads_reason(type(config), doc) or one_line(exc)
+                raise ShapelintError(f"{where}: transformers cannot build this model: {why}") from exc
     # the eager attempt's reason, which is not about SDPA support
     reason = refusals[1] if len(refusals) > 1 else refusals[0]
-    raise ShapelintError(f"{where}: transformers cannot build a model for this config: {one_line(reason)}")
+    why = validate.hf_heads_reason(type(config), doc) or one_line(reason)
+    raise ShapelintError(f"{where}: transformers cannot build a model for this config: {why}")
 
 
 def _unpacked_sequences(model: torch.nn.Module) -> None:

@@ -111,6 +111,35 @@ def test_long_errors_are_capped_on_one_line(here: Path, capsys: pytest.CaptureFi
     assert "is not a multiple of the number of attention heads" in validator
 
 
+@pytest.mark.parametrize("config,expected", [
+    ({"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 3},
+     "num_attention_heads = 4 is not a multiple of num_key_value_heads = 3: grouped-query attention"),
+    ({"model_type": "mistral", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 8},
+     "num_attention_heads = 4 is not a multiple of num_key_value_heads = 8"),
+    ({"model_type": "llama", "num_key_value_heads": 5},
+     "num_attention_heads = 32 (the default) is not a multiple of num_key_value_heads = 5"),
+    ({"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 4, "num_kv_heads": 3,
+      "new_decoder_architecture": True}, "num_attention_heads = 4 is not a multiple of num_kv_heads = 3"),
+    ({"model_type": "llava", "text_config": {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4,
+                                             "num_key_value_heads": 3}},
+     "text_config.num_attention_heads = 4 is not a multiple of text_config.num_key_value_heads = 3"),
+    ({"model_type": "gpt2", "n_embd": 100, "n_head": 3},
+     "n_embd = 100 is not a multiple of the number of attention heads (n_head = 3)"),
+])
+def test_invalid_heads_are_named_by_their_keys(here: Path, capsys: pytest.CaptureFixture[str],
+                                               config: dict[str, object], expected: str) -> None:
+    """Issue 13: ``num_key_value_heads`` 3 of 4 heads was reported as a tensor-size
+    mismatch (transformers 5 builds it; Llama then lints green, Falcon fails to trace);
+    GPT-2 and BERT quoted transformers' own words (``embed_dim``)."""
+    pytest.importorskip("transformers")
+    layers = "n_layer" if config["model_type"] == "gpt2" else "num_hidden_layers"
+    (here / "config.json").write_text(json.dumps({**config, layers: 1, "vocab_size": 50304}))
+    rc, _, err = lint(["config.json"], here, capsys)
+    (message,) = _errors_on_stderr(err)
+    assert rc == 2 and message.startswith("config.json: ") and expected in message, message
+    assert "Error" not in message  # no exception type: the keys say it all
+
+
 # -- discovery ------------------------------------------------------------------------
 
 
