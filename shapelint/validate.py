@@ -160,10 +160,10 @@ def hf_heads(config: Any, doc: Mapping[str, Any], where: str) -> None:
     error or lints silently green. Checked on the config (defaults included) and on
     its sub-configs (``text_config``...), naming the keys as the file spells them."""
     for cfg, sub, prefix in _configs(config, doc):
-        heads = getattr(cfg, "num_attention_heads", None)
+        heads = _count(getattr(cfg, "num_attention_heads", None))
         for attr in KV_HEAD_KEYS:
-            kv = getattr(cfg, attr, None)
-            if is_int(heads) and is_int(kv) and heads > 0 and kv > 0 and heads % kv:
+            kv = _count(getattr(cfg, attr, None))
+            if heads is not None and kv is not None and heads % kv:
                 raise ShapelintError(
                     f"{where}: {_setting(cfg, sub, prefix, 'num_attention_heads', heads)} is not a multiple of "
                     f"{_setting(cfg, sub, prefix, attr, kv)}: grouped-query attention gives every key/value head "
@@ -179,20 +179,25 @@ def hf_heads_reason(config_class: Any, doc: Mapping[str, Any]) -> str | None:
     names = {attr: next((k for k in (attr, amap.get(attr)) if k and k in doc), None)
              for attr in ("hidden_size", "num_attention_heads", "head_dim", *KV_HEAD_KEYS)}
     heads_key, hidden_key = names["num_attention_heads"], names["hidden_size"]
-    heads = doc[heads_key] if heads_key else None
-    if not (is_int(heads) and heads > 0):
+    heads = _count(doc[heads_key] if heads_key else None)
+    if heads is None:
         return None
     for attr in KV_HEAD_KEYS:
         kv_key = names[attr]
-        kv = doc[kv_key] if kv_key else None
-        if is_int(kv) and kv > 0 and heads % kv:
+        kv = _count(doc[kv_key] if kv_key else None)
+        if kv is not None and heads % kv:
             return (f"{heads_key} = {heads} is not a multiple of {kv_key} = {kv}: grouped-query attention gives "
                     "every key/value head the same number of query heads")
-    hidden = doc[hidden_key] if hidden_key else None
-    if is_int(hidden) and hidden > 0 and hidden % heads and names["head_dim"] is None:
+    hidden = _count(doc[hidden_key] if hidden_key else None)
+    if hidden is not None and hidden % heads and names["head_dim"] is None:
         return (f"{hidden_key} = {hidden} is not a multiple of the number of attention heads "
                 f"({heads_key} = {heads})")
     return None
+
+
+def _count(value: Any) -> int | None:
+    """A positive integer count, else None (lists of per-stage heads, unset values)."""
+    return value if is_int(value) and value > 0 else None
 
 
 def _configs(config: Any, doc: Mapping[str, Any], prefix: str = "") -> list[tuple[Any, Mapping[str, Any], str]]:
