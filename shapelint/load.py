@@ -507,6 +507,7 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
         if reason is not None:  # said in the file's keys, not in transformers' words
             raise ShapelintError(f"{where}: transformers rejects this config: {reason}") from None
         raise ShapelintError(f"{where}: transformers rejects this config: {one_line(exc)}") from exc
+    validate.hf_depth(config, doc, where)
     validate.hf_heads(config, doc, where)
     defined_at: dict[int, Source] = {}
     with construction_sites(defined_at), torch.device("meta"):

@@ -170,6 +170,32 @@ def hf_heads(config: Any, doc: Mapping[str, Any], where: str) -> None:
                     "the same number of query heads")
 
 
+#: attributes that count a stack's layers (GPT-2's ``n_layer`` and T5's ``num_layers``
+#: are ``num_hidden_layers`` through the config's attribute map)
+LAYER_KEYS = ("num_hidden_layers", "encoder_layers", "decoder_layers", "num_decoder_layers")
+
+#: the deepest stack a config may ask for. The largest published models have up to
+#: about 130 layers; GPT-2 with 2,000 layers lints (in about 4 minutes and 1.1 GB on a
+#: 2-core CPU), with 10,000 it ran 7 minutes and 2.8 GB and then crashed torch
+#: (SIGSEGV: the C stack overflows while the autograd graph of the step is freed).
+#: A layer's GEMM shapes repeat in every layer, so a shallower copy finds the same
+#: shapes.
+MAX_LAYERS = 1000
+
+
+def hf_depth(config: Any, doc: Mapping[str, Any], where: str) -> None:
+    """A config deeper than :data:`MAX_LAYERS` is refused before anything is built,
+    naming the key."""
+    for cfg, sub, prefix in _configs(config, doc):
+        for attr in LAYER_KEYS:
+            layers = _count(getattr(cfg, attr, None))
+            if layers is not None and layers > MAX_LAYERS:
+                raise ShapelintError(
+                    f"{where}: {_setting(cfg, sub, prefix, attr, layers)} is more than the {MAX_LAYERS:,} layers "
+                    "shapelint traces (deeper steps take minutes and gigabytes, and crash torch); the layers "
+                    "repeat the same GEMM shapes: lint a copy with fewer")
+
+
 def hf_heads_reason(config_class: Any, doc: Mapping[str, Any]) -> str | None:
     """Why transformers refused a config, in its keys, when its heads explain it: the
     hidden size is not a multiple of the number of heads (and the config sets no
@@ -221,5 +247,5 @@ def _setting(config: Any, doc: Mapping[str, Any], prefix: str, attr: str, value:
     return f"{prefix}{mapped or attr} = {value} (the default)"
 
 
-__all__ = ["INT64_MAX", "KV_HEAD_KEYS", "built", "hf_heads", "hf_heads_reason", "input_spec", "inputs", "kwargs",
-           "positive_int", "settings", "show"]
+__all__ = ["INT64_MAX", "KV_HEAD_KEYS", "LAYER_KEYS", "MAX_LAYERS", "built", "hf_depth", "hf_heads",
+           "hf_heads_reason", "input_spec", "inputs", "kwargs", "positive_int", "settings", "show"]

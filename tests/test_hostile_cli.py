@@ -140,6 +140,26 @@ def test_invalid_heads_are_named_by_their_keys(here: Path, capsys: pytest.Captur
     assert "Error" not in message  # no exception type: the keys say it all
 
 
+@pytest.mark.parametrize("config,key", [
+    ({"model_type": "gpt2", "n_layer": 10_000}, "n_layer = 10000"),
+    ({"model_type": "t5", "num_layers": 2, "num_decoder_layers": 5000}, "num_decoder_layers = 5000"),
+    ({"model_type": "llava", "text_config": {"model_type": "llama", "num_hidden_layers": 1001}},
+     "text_config.num_hidden_layers = 1001"),
+])
+def test_a_config_too_deep_to_trace_is_refused(here: Path, capsys: pytest.CaptureFixture[str],
+                                               config: dict[str, object], key: str) -> None:
+    """Issue 13: a 10,000-layer GPT-2 config ran 7.5 minutes and died with SIGSEGV (exit
+    139, no message) while torch freed the autograd graph. Refused before anything is
+    built (this test takes a second, not minutes)."""
+    pytest.importorskip("transformers")
+    from shapelint.validate import MAX_LAYERS
+
+    (here / "config.json").write_text(json.dumps(config))
+    rc, _, err = lint(["config.json"], here, capsys)
+    (message,) = _errors_on_stderr(err)
+    assert rc == 2 and message.startswith(f"config.json: {key} is more than the {MAX_LAYERS:,} layers"), message
+
+
 # -- discovery ------------------------------------------------------------------------
 
 
