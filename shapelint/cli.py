@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _guarded(fn: Callable[[], int], debug: bool) -> int:
     """``fn()``, every error one ``shapelint: error:`` line and exit 2 (a traceback
     only with ``--debug``); Ctrl-C exit 130."""
-    from shapelint.errors import one_line
+    from shapelint.errors import describe, one_line
 
     try:
         return fn()
@@ -125,7 +125,7 @@ def _guarded(fn: Callable[[], int], debug: bool) -> int:
     except Exception as exc:
         if debug:
             raise
-        print(f"shapelint: error: internal error: {one_line(exc)} (rerun with --debug)", file=sys.stderr)
+        print(f"shapelint: error: {describe(exc)}", file=sys.stderr)
         return 2
 
 
@@ -281,12 +281,10 @@ def _check_outputs(args: argparse.Namespace, paths: list[Path], config_file: str
 
 def _failed(path: Path, exc: Exception) -> TargetError:
     """One target's failure: a one-line message (naming the target), printed now."""
-    from shapelint.errors import one_line
+    from shapelint.errors import describe
     from shapelint.lint import TargetError
 
-    text = one_line(exc)
-    if not isinstance(exc, ShapelintError):
-        text = f"internal error: {text} (rerun with --debug)"
+    text = describe(exc)
     if str(path) not in text:
         text = f"{path}: {text}"
     print(f"shapelint: error: {text}", file=sys.stderr)

@@ -345,6 +345,20 @@ def test_timeout_through_the_cli(here: Path, capfd: pytest.CaptureFixture[str]) 
 
 
 @pytest.mark.skipif(not isolate.available(), reason="needs os.fork")
+def test_a_too_low_memory_cap_is_one_line_naming_the_flag(here: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 13: a too-low ``--max-memory`` ended in ``internal error: ImportError:
+    libtorch_cpu.so: failed to map segment``, ``internal error: MemoryError``, or a
+    C++ ``terminate called`` line followed by ``crashed with SIGABRT`` (by cap size)."""
+    assert cli.main(["model.py", "--no-config", "--max-memory", "64M", "--format", "json"]) == 2
+    out, err = capfd.readouterr()
+    assert len(err.splitlines()) == 1, err
+    message = err.removeprefix("shapelint: error: ").removeprefix("model.py: ")  # in loading, or in the target
+    assert message.startswith("ran out of memory under --max-memory 64M: raise it (e.g. --max-memory 1G) "
+                              "or leave it out ("), err
+    assert out == "" or json.loads(out)["errors"][0]["message"] == err.removeprefix("shapelint: error: ").strip()
+
+
+@pytest.mark.skipif(not isolate.available(), reason="needs os.fork")
 def test_the_console_command_lints_in_a_child(here: Path, capfd: pytest.CaptureFixture[str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 13: ``os._exit`` in user code escaped every boundary (a silent exit)."""
