@@ -280,6 +280,69 @@ def test_the_forward_pass_is_user_code_too(here: Path, capsys: pytest.CaptureFix
     assert rc == 2 and "quits.py: forward and backward called sys.exit(0) instead of returning" in err
 
 
+COMPILED_FUNCTION = """\
+import torch
+import torch.nn as nn
+
+
+@torch.compile
+def project(x, w):
+    return x @ w
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(1023, 1024))
+
+    def forward(self, x):
+        return project(x, self.w)
+
+
+def shapelint_model():
+    return M(), torch.randn(4096, 1023)
+"""
+
+
+@pytest.mark.parametrize("name,source,expected", [
+    ("whole.py", GOOD.replace("return model,", "return torch.compile(model),"),
+     "whole.py: the model is compiled with torch.compile, which cannot run on fake tensors: lint the uncompiled "
+     "model (--compile prices the step as torch.compile runs it)"),
+    ("part.py", GOOD.replace("nn.Sequential(nn.Linear(1023, 1024)", "nn.Sequential(torch.compile(nn.Linear(1023, 1024))"),
+     "part.py: module 0 is compiled with torch.compile, which cannot run on fake tensors"),
+    ("function.py", COMPILED_FUNCTION,
+     "function.py: the model runs code compiled with torch.compile (function.py:5, project), which cannot run on fake "
+     "tensors"),
+    ("inside.py", GOOD.replace(
+        "def shapelint_model():\n", "class C(nn.Linear):\n    def forward(self, x):\n"
+        "        return torch.compile(super().forward)(x)\n\n\ndef shapelint_model():\n").replace(
+        "nn.Sequential(nn.Linear(", "nn.Sequential(C("),
+     "inside.py: the model calls torch.compile while it runs, which cannot run on fake tensors"),
+    ("meta.py", GOOD.replace("nn.ReLU())", "nn.ReLU())\n    model.register_forward_pre_hook(lambda m, a: (a[0].to('meta'),))"),
+     "meta.py: the model puts tensors on two devices (meta and cpu): shapelint traces on the CPU with fake tensors "
+     "(no GPU needed): leave .to(device), .cuda() and device= out of the model and its inputs"),
+])
+def test_a_model_that_cannot_run_on_fake_cpu_tensors_says_why(here: Path, capsys: pytest.CaptureFixture[str], name: str,
+                                                                source: str, expected: str) -> None:
+    """Issue 13: a torch.compile'd model crashed the lint with SIGSEGV (Inductor's kernels
+    read fake tensors' memory) or read as "two devices"; a model moved to another
+    device failed in torch's words."""
+    (here / name).write_text(source)
+    rc, _, err = lint([name], here, capsys)
+    (message,) = _errors_on_stderr(err)
+    assert rc == 2 and message.startswith(expected), message
+
+
+def test_a_model_moved_to_cuda_says_why(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``.to('cuda')``: on a CPU-only PyTorch ``not linked with support for cuda devices``,
+    on a CUDA build without a GPU ``Found no NVIDIA driver``, with a GPU two devices."""
+    (here / "cuda.py").write_text(GOOD.replace("return model,", "return model.to('cuda'),"))
+    rc, _, err = lint(["cuda.py"], here, capsys)
+    (message,) = _errors_on_stderr(err)
+    assert rc == 2 and message.startswith("cuda.py: the model ") and message.endswith(
+        "leave .to(device), .cuda() and device= out of the model and its inputs"), message
+
+
 # -- suppression comments ---------------------------------------------------------------
 
 
