@@ -270,11 +270,12 @@ def _check_outputs(args: argparse.Namespace, paths: list[Path], config_file: str
     from shapelint import outputs
 
     protected = outputs.protected_paths(paths, config_file, args.rules_dir)
-    if args.output:
+    if args.output is not None:
         outputs.check_output_path(args.output, protected, "--output")
-    if args.plot:
+    if args.plot is not None:
         outputs.check_output_path(args.plot, protected, "--plot")
-    if args.dump_graph:
+    if args.dump_graph is not None:
+        outputs.check_file_name(args.dump_graph, "--dump-graph")
         for graph in outputs.graph_paths(args.dump_graph, paths):
             outputs.check_output_path(str(graph), protected, "--dump-graph")
 

@@ -49,6 +49,9 @@ _STATUS_BYTES = 4
 #: how much of the child's last held output an error line quotes
 _LAST_WORDS = 160
 
+#: the largest address-space cap ``setrlimit`` takes
+_MOST_MEMORY = 2**63
+
 #: held output beyond this many bytes is passed on (a chatty child must not fill memory)
 _HOLD_BYTES = 1 << 20
 
@@ -67,6 +70,8 @@ def run_isolated(fn: Callable[[], int], *, timeout: float | None = None, max_mem
     binary stdout by default)."""
     if not available():
         raise ShapelintError("running the lint in a child process needs os.fork (Linux or another POSIX system)")
+    if max_memory is not None and not 0 < max_memory < _MOST_MEMORY:  # setrlimit takes a signed 64-bit size
+        raise ShapelintError(f"--max-memory {size_text(max_memory)} is more than any address space (2^63 bytes)")
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     with tempfile.TemporaryFile() as captured:

@@ -398,6 +398,23 @@ def test_isolation_flags_are_checked(here: Path, capsys: pytest.CaptureFixture[s
     assert cli._bytes("8G") == 8 * 2**30 and cli._bytes("512m") == 512 * 2**20
 
 
+@pytest.mark.parametrize("argv,expected", [
+    (["-o", ""], "--output: the file name is empty"),
+    (["--dump-graph", " "], "--dump-graph: the file name is empty"),
+    (["--batch", str(2**70)], f"argument --batch: must be at most {2**63 - 1} (int64), got {2**70}"),
+    (["--max-memory", "99999999999T"], "--max-memory 99999999999T is more than any address space (2^63 bytes)"),
+])
+def test_values_no_run_can_use_are_refused(here: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                           expected: str) -> None:
+    """``-o ''`` wrote the report to stdout, ``--dump-graph ''`` was ignored (like
+    ``--gpu ''``); a batch beyond int64 failed inside the user's code; a
+    ``--max-memory`` beyond 2^63 bytes was an internal OverflowError."""
+    if "--max-memory" in argv and not isolate.available():
+        pytest.skip("needs os.fork")
+    rc, out, err = lint(["model.py", *argv], here, capsys)
+    assert rc == 2 and out == "" and err == f"shapelint: error: {expected}\n"
+
+
 @pytest.mark.skipif(not isolate.available(), reason="needs os.fork")
 def test_timeout_through_the_cli(here: Path, capfd: pytest.CaptureFixture[str]) -> None:
     (here / "slow.py").write_text(GOOD.replace("def shapelint_model():\n",
