@@ -110,14 +110,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _guarded(fn: Callable[[], int], debug: bool) -> int:
     """``fn()``, every error one ``shapelint: error:`` line and exit 2 (a traceback
     only with ``--debug``); Ctrl-C exit 130."""
-    from shapelint.errors import describe, one_line
+    from shapelint.errors import describe
 
     try:
         return fn()
     except ShapelintError as exc:
         if debug:
             raise
-        print(f"shapelint: error: {one_line(exc)}", file=sys.stderr)
+        print(f"shapelint: error: {describe(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("shapelint: interrupted", file=sys.stderr)

@@ -85,9 +85,13 @@ def is_internal(exc: BaseException) -> bool:
 
 
 def describe(exc: BaseException, cap: int = MESSAGE_CAP) -> str:
-    """What the command prints after ``shapelint: error:``: :func:`one_line`, an
-    internal error marked as one (with the way to its traceback)."""
+    """What the command prints after ``shapelint: error:``: :func:`one_line`; running
+    out of memory says so first (:func:`memory_message`, wherever it happened: in user
+    code, in torch, in shapelint); an internal error is marked as one (with the way to
+    its traceback)."""
     text = one_line(exc, cap)
+    if out_of_memory(exc):
+        return text if text.startswith("ran out of memory") else cap_length(memory_message(text), cap)
     return f"internal error: {text} (rerun with --debug)" if is_internal(exc) else text
 
 
@@ -98,7 +102,6 @@ def one_line(exc: BaseException, cap: int = MESSAGE_CAP) -> str:
     ``:`` (validators write ``... validator 'x':`` and give the reason on the next
     line), followed by the innermost ``__cause__`` when that says something the outer
     text does not. A :class:`ShapelintError` is already a message: no type prefix.
-    Running out of memory says so first (:func:`memory_message`).
     """
     text = _described(exc)
     root = _root_cause(exc)
@@ -106,8 +109,6 @@ def one_line(exc: BaseException, cap: int = MESSAGE_CAP) -> str:
         reason = _described(root)
         if _text(root) and _text(root) not in text:
             text = f"{text}: {reason}" if _text(exc) else reason
-    if out_of_memory(exc) and "ran out of memory" not in text:
-        text = memory_message(text)
     return cap_length(text, cap)
 
 
