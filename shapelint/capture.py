@@ -37,6 +37,7 @@ from shapelint.gemm_shapes import (
 from shapelint.physics.attention import EFFICIENT_ALIGN_BYTES, AttentionCall, compiled_call, gpu_kernel
 from shapelint.physics.kernels import kernel_class, read_bytes
 from shapelint.records import Gemm, Op, Phase, Role, Source
+from shapelint.traceable import every_layer_runs
 
 #: the compute precisions a user can train with, and the torch dtype GEMMs run in
 PRECISIONS: dict[str, torch.dtype] = {
@@ -673,7 +674,7 @@ def capture(
     model.train(training)
     grad_ctx = contextlib.nullcontext() if training else torch.no_grad()
     try:
-        with _module_hooks(rec), fused_attention(), _recording(rec, model), grad_ctx:
+        with _module_hooks(rec), fused_attention(), every_layer_runs(), _recording(rec, model), grad_ctx:
             with _autocast(precision):
                 out = call_model(model, inputs)
             if training:

@@ -141,14 +141,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _guarded(fn: Callable[[], int], debug: bool) -> int:
     """``fn()``, every error one ``shapelint: error:`` line and exit 2 (a traceback
     only with ``--debug``); Ctrl-C exit 130."""
-    from shapelint.errors import one_line
+    from shapelint.errors import describe
 
     try:
         return fn()
     except ShapelintError as exc:
         if debug:
             raise
-        print(f"shapelint: error: {one_line(exc)}", file=sys.stderr)
+        print(f"shapelint: error: {describe(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("shapelint: interrupted", file=sys.stderr)
@@ -156,7 +156,7 @@ def _guarded(fn: Callable[[], int], debug: bool) -> int:
     except Exception as exc:
         if debug:
             raise
-        print(f"shapelint: error: internal error: {one_line(exc)} (rerun with --debug)", file=sys.stderr)
+        print(f"shapelint: error: {describe(exc)}", file=sys.stderr)
         return 2
 
 
@@ -317,23 +317,22 @@ def _check_outputs(args: argparse.Namespace, paths: list[Path], config_file: str
     from shapelint import outputs
 
     protected = outputs.protected_paths(paths, config_file, args.rules_dir)
-    if args.output:
+    if args.output is not None:
         outputs.check_output_path(args.output, protected, "--output")
-    if args.plot:
+    if args.plot is not None:
         outputs.check_output_path(args.plot, protected, "--plot")
-    if args.dump_graph:
+    if args.dump_graph is not None:
+        outputs.check_file_name(args.dump_graph, "--dump-graph")
         for graph in outputs.graph_paths(args.dump_graph, paths):
             outputs.check_output_path(str(graph), protected, "--dump-graph")
 
 
 def _failed(path: Path, exc: Exception) -> TargetError:
     """One target's failure: a one-line message (naming the target), printed now."""
-    from shapelint.errors import one_line
+    from shapelint.errors import describe
     from shapelint.pipeline import TargetError
 
-    text = one_line(exc)
-    if not isinstance(exc, ShapelintError):
-        text = f"internal error: {text} (rerun with --debug)"
+    text = describe(exc)
     if str(path) not in text:
         text = f"{path}: {text}"
     print(f"shapelint: error: {text}", file=sys.stderr)
@@ -492,7 +491,7 @@ def _write(results: list, args: argparse.Namespace, fmt: str, rules: Sequence[Ru
     elif fmt == "github":
         from shapelint.report import github
 
-        rendered = github.render(results)
+        rendered = github.render(results, errors)
     else:
         rendered = None
     if args.output:

@@ -574,10 +574,16 @@ def _hf_config(doc: dict[str, Any], where: str) -> tuple[Any, Any]:
     _check_dims(doc, where)
     fields = {k: v for k, v in doc.items() if k not in ("model_type", "transformers_version")}
     fields.update({k: 0.0 for k in RANDOM_STEP_KEYS if k in fields})
+    config_class = transformers.CONFIG_MAPPING[model_type] if model_type in transformers.CONFIG_MAPPING else None
     try:
         config = transformers.AutoConfig.for_model(model_type, **fields)
     except Exception as exc:  # noqa: BLE001 - transformers validates configs on construction
+        reason = validate.hf_heads_reason(config_class, doc)
+        if reason is not None:  # said in the file's keys, not in transformers' words
+            raise ShapelintError(f"{where}: transformers rejects this config: {reason}") from None
         raise ShapelintError(f"{where}: transformers rejects this config: {one_line(exc)}") from exc
+    validate.hf_depth(config, doc, where)
+    validate.hf_heads(config, doc, where)
     return transformers, config
 
 
@@ -585,7 +591,7 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
     transformers, config = _hf_config(doc, where)
     defined_at: dict[int, Source] = {}
     with construction_sites(defined_at), torch.device("meta"):
-        model = _hf_model(transformers, config, where)
+        model = _hf_model(transformers, config, where, doc)
     _unpacked_sequences(model)
     mode = RecordingFakeMode()
     meta_to_fake(model, mode)
@@ -597,13 +603,13 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
 def _build_hf_real(doc: dict[str, Any], where: str, batch: int | None, seq: int | None, device: str,
                    kind: str) -> Built:
     transformers, config = _hf_config(doc, where)
-    model, inputs = _on_device(device, lambda: _hf_real(transformers, config, where, batch, seq))
+    model, inputs = _on_device(device, lambda: _hf_real(transformers, config, where, doc, batch, seq))
     return Built(where, kind, model.to(device), to_device(inputs, device))
 
 
-def _hf_real(transformers: Any, config: Any, where: str, batch: int | None, seq: int | None
+def _hf_real(transformers: Any, config: Any, where: str, doc: dict[str, Any], batch: int | None, seq: int | None
              ) -> tuple[torch.nn.Module, dict[str, Any]]:
-    model = _hf_model(transformers, config, where, initialise=True)
+    model = _hf_model(transformers, config, where, doc, initialise=True)
     return model, _hf_inputs(model, config, where, batch or DEFAULT_BATCH, seq)
 
 
@@ -612,10 +618,12 @@ def _hf_real(transformers: Any, config: Any, where: str, batch: int | None, seq:
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 
 
-def _hf_model(transformers: Any, config: Any, where: str, *, initialise: bool = False) -> torch.nn.Module:
-    """The model class shapelint builds for ``config``: its ``architectures`` entry, else
-    a causal LM, else the base model; SDPA attention where it has it. The weights are
-    left uninitialised (fake tensors need no values) unless ``initialise``."""
+def _hf_model(transformers: Any, config: Any, where: str, doc: dict[str, Any], *,
+              initialise: bool = False) -> torch.nn.Module:
+    """The model class shapelint builds for ``config`` (``doc`` its keys, for errors
+    said in them): its ``architectures`` entry, else a causal LM, else the base model;
+    SDPA attention where it has it. The weights are left uninitialised (fake tensors
+    need no values) unless ``initialise``."""
     arch = (getattr(config, "architectures", None) or [None])[0]
     candidates = []
     if arch and hasattr(transformers, arch):
@@ -636,10 +644,12 @@ def _hf_model(transformers: Any, config: Any, where: str, *, initialise: bool = 
             except ValueError as exc:  # no such attention implementation, or not this auto class's config
                 refusals.append(exc)
             except Exception as exc:  # noqa: BLE001
-                raise ShapelintError(f"{where}: transformers cannot build this model: {one_line(exc)}") from exc
+                why = validate.hf_heads_reason(type(config), doc) or one_line(exc)
+                raise ShapelintError(f"{where}: transformers cannot build this model: {why}") from exc
     # the eager attempt's reason, which is not about SDPA support
     reason = refusals[1] if len(refusals) > 1 else refusals[0]
-    raise ShapelintError(f"{where}: transformers cannot build a model for this config: {one_line(reason)}")
+    why = validate.hf_heads_reason(type(config), doc) or one_line(reason)
+    raise ShapelintError(f"{where}: transformers cannot build a model for this config: {why}")
 
 
 def _unpacked_sequences(model: torch.nn.Module) -> None:

@@ -29,8 +29,15 @@ from shapelint.errors import ShapelintError
 from shapelint.targets import YAML_SUFFIXES
 
 
+def check_file_name(path: str, flag: str) -> None:
+    """An empty (or blank) file name is an error, never "not given" (``-o ''`` wrote to stdout)."""
+    if not path.strip():
+        raise ShapelintError(f"{flag}: the file name is empty")
+
+
 def check_output_path(path: str, protected: Iterable[Path], flag: str = "--output") -> None:
-    """Refuse an output path that is one of the files shapelint reads, or a folder."""
+    """Refuse an output path that is empty, one of the files shapelint reads, or a folder."""
+    check_file_name(path, flag)
     out = Path(path)
     if out.is_dir():
         raise ShapelintError(f"{flag} {path}: is a directory")
@@ -159,4 +166,4 @@ def _stem(target: Path) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-__all__ = ["check_output_path", "graph_paths", "protected_paths", "stdout_guard", "write_file"]
+__all__ = ["check_file_name", "check_output_path", "graph_paths", "protected_paths", "stdout_guard", "write_file"]

@@ -29,6 +29,7 @@ from shapelint.records import Finding
 from shapelint.rule_api import Rule, RuleContext
 from shapelint.settings import default
 from shapelint.tp import shard
+from shapelint.traceable import check_not_compiled, explain, refusing_compile
 from shapelint.usercode import user_code
 
 
@@ -101,9 +102,17 @@ def vocab_sizes(model: torch.nn.Module) -> frozenset[int]:
 
 
 def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[Rule]) -> Result:
-    """Lint one target; ``hw`` None means the target's own ``gpu`` setting, else the default GPU."""
-    loaded = load(path, batch=opts.batch, seq=opts.seq, allow_builders=opts.allow_builders)
-    return lint_loaded(loaded, opts, hw, rules)
+    """Lint one target; ``hw`` None means the target's own ``gpu`` setting, else the default GPU.
+    A model that cannot run on fake CPU tensors (torch.compile, device moves) is one
+    line saying so (:mod:`shapelint.traceable`)."""
+    try:
+        loaded = load(path, batch=opts.batch, seq=opts.seq, allow_builders=opts.allow_builders)
+        return lint_loaded(loaded, opts, hw, rules)
+    except ShapelintError as exc:
+        why = explain(exc)
+        if why is None:
+            raise
+        raise ShapelintError(f"{path}: {why}") from None
 
 
 def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Sequence[Rule]) -> Result:
@@ -114,8 +123,12 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
         hw = hardware.resolve(str(loaded.settings["gpu"])) if "gpu" in loaded.settings else hardware.default_gpu()
     tp = opts.tp if opts.tp is not None else int(loaded.settings.get("tp", 1))
     training = opts.training if opts.training is not None else bool(loaded.settings.get("training", True))
+    try:
+        check_not_compiled(loaded.model)
+    except ShapelintError as exc:
+        raise ShapelintError(f"{path}: {exc}") from None
     # the model's forward (and backward hooks) are the user's code too: behind the boundary
-    with loaded.fake_mode, user_code(path, "forward and backward"):
+    with loaded.fake_mode, user_code(path, "forward and backward"), refusing_compile():
         inputs = to_precision(loaded.model, loaded.inputs, precision)
         try:
             cap = capture(loaded.model, inputs, precision=precision, training=training, defined_at=loaded.defined_at)

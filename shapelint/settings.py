@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from shapelint.errors import ShapelintError
+from shapelint.validate import INT64_MAX
 
 #: compute precisions a user may ask for (``--dtype`` and the ``dtype`` key)
 DTYPES = ("bf16", "fp16", "fp32", "tf32")
@@ -187,6 +188,8 @@ def _positive(value: Any, where: str) -> int:
         raise ShapelintError(f"{where}: expected a positive integer, got {describe(value)}")
     if value <= 0:
         raise ShapelintError(f"{where}: must be a positive integer, got {value}")
+    if value > INT64_MAX:  # no tensor dimension can be larger
+        raise ShapelintError(f"{where}: must be at most {INT64_MAX} (int64), got {value}")
     return value
 
 

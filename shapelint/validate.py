@@ -1,5 +1,6 @@
 """Values checked at the edge, each with its own one-line message: a shapelint YAML
-target's settings, builder keyword arguments and input specs.
+target's settings, builder keyword arguments and input specs; a Hugging Face config's
+attention heads and depth.
 
 YAML is loose (``training: 'no'`` is a string, ``dtype: {a: 1}`` a mapping,
 ``99999999999999999999`` an int that overflows every tensor size): nothing it gives
@@ -146,4 +147,105 @@ def _input_shapes(inputs: Any, label: str) -> list[tuple[str, tuple[int, ...]]]:
     return [(label, tuple(shape))] if shape is not None else []
 
 
-__all__ = ["INT64_MAX", "built", "input_spec", "inputs", "kwargs", "positive_int", "settings", "show"]
+# -- Hugging Face configs ------------------------------------------------------------
+
+#: attributes that hold the key/value heads of grouped-query attention (Llama and most
+#: decoders, Falcon, Falcon's old name, ChatGLM); each must divide the query heads
+KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
+
+
+def hf_heads(config: Any, doc: Mapping[str, Any], where: str) -> None:
+    """A config whose key/value heads do not divide its query heads (``num_key_value_heads``
+    3 of 4): transformers builds it, and it either traces into a meaningless shape
+    error or lints silently green. Checked on the config (defaults included) and on
+    its sub-configs (``text_config``...), naming the keys as the file spells them."""
+    for cfg, sub, prefix in _configs(config, doc):
+        heads = _count(getattr(cfg, "num_attention_heads", None))
+        for attr in KV_HEAD_KEYS:
+            kv = _count(getattr(cfg, attr, None))
+            if heads is not None and kv is not None and heads % kv:
+                raise ShapelintError(
+                    f"{where}: {_setting(cfg, sub, prefix, 'num_attention_heads', heads)} is not a multiple of "
+                    f"{_setting(cfg, sub, prefix, attr, kv)}: grouped-query attention gives every key/value head "
+                    "the same number of query heads")
+
+
+#: attributes that count a stack's layers (GPT-2's ``n_layer`` and T5's ``num_layers``
+#: are ``num_hidden_layers`` through the config's attribute map)
+LAYER_KEYS = ("num_hidden_layers", "encoder_layers", "decoder_layers", "num_decoder_layers")
+
+#: the deepest stack a config may ask for. The largest published models have up to
+#: about 130 layers; GPT-2 with 2,000 layers lints (in about 4 minutes and 1.1 GB on a
+#: 2-core CPU), with 10,000 it ran 7 minutes and 2.8 GB and then crashed torch
+#: (SIGSEGV: the C stack overflows while the autograd graph of the step is freed).
+#: A layer's GEMM shapes repeat in every layer, so a shallower copy finds the same
+#: shapes.
+MAX_LAYERS = 1000
+
+
+def hf_depth(config: Any, doc: Mapping[str, Any], where: str) -> None:
+    """A config deeper than :data:`MAX_LAYERS` is refused before anything is built,
+    naming the key."""
+    for cfg, sub, prefix in _configs(config, doc):
+        for attr in LAYER_KEYS:
+            layers = _count(getattr(cfg, attr, None))
+            if layers is not None and layers > MAX_LAYERS:
+                raise ShapelintError(
+                    f"{where}: {_setting(cfg, sub, prefix, attr, layers)} is more than the {MAX_LAYERS:,} layers "
+                    "shapelint traces (deeper steps take minutes and gigabytes, and crash torch); the layers "
+                    "repeat the same GEMM shapes: lint a copy with fewer")
+
+
+def hf_heads_reason(config_class: Any, doc: Mapping[str, Any]) -> str | None:
+    """Why transformers refused a config, in its keys, when its heads explain it: the
+    hidden size is not a multiple of the number of heads (and the config sets no
+    head size), or the key/value heads do not divide the query heads. None when
+    neither holds (the caller then quotes transformers)."""
+    amap = getattr(config_class, "attribute_map", None) or {}
+    names = {attr: next((k for k in (attr, amap.get(attr)) if k and k in doc), None)
+             for attr in ("hidden_size", "num_attention_heads", "head_dim", *KV_HEAD_KEYS)}
+    heads_key, hidden_key = names["num_attention_heads"], names["hidden_size"]
+    heads = _count(doc[heads_key] if heads_key else None)
+    if heads is None:
+        return None
+    for attr in KV_HEAD_KEYS:
+        kv_key = names[attr]
+        kv = _count(doc[kv_key] if kv_key else None)
+        if kv is not None and heads % kv:
+            return (f"{heads_key} = {heads} is not a multiple of {kv_key} = {kv}: grouped-query attention gives "
+                    "every key/value head the same number of query heads")
+    hidden = _count(doc[hidden_key] if hidden_key else None)
+    if hidden is not None and hidden % heads and names["head_dim"] is None:
+        return (f"{hidden_key} = {hidden} is not a multiple of the number of attention heads "
+                f"({heads_key} = {heads})")
+    return None
+
+
+def _count(value: Any) -> int | None:
+    """A positive integer count, else None (lists of per-stage heads, unset values)."""
+    return value if is_int(value) and value > 0 else None
+
+
+def _configs(config: Any, doc: Mapping[str, Any], prefix: str = "") -> list[tuple[Any, Mapping[str, Any], str]]:
+    """The config and its sub-configs, each with its part of the file and key prefix."""
+    out = [(config, doc, prefix)]
+    for name in getattr(config, "sub_configs", None) or {}:
+        sub = getattr(config, name, None)
+        if sub is not None and hasattr(sub, "to_dict"):
+            part = doc.get(name)
+            out += _configs(sub, part if isinstance(part, Mapping) else {}, f"{prefix}{name}.")
+    return out
+
+
+def _setting(config: Any, doc: Mapping[str, Any], prefix: str, attr: str, value: int) -> str:
+    """``key = value`` with ``attr`` as the file spells it (GPT-2's ``n_head`` for
+    ``num_attention_heads``); a key the file leaves out is marked as the default."""
+    mapped = (getattr(config, "attribute_map", None) or {}).get(attr)
+    for key in (attr, mapped):
+        if key and key in doc:
+            return f"{prefix}{key} = {value}"
+    return f"{prefix}{mapped or attr} = {value} (the default)"
+
+
+__all__ = ["INT64_MAX", "KV_HEAD_KEYS", "LAYER_KEYS", "MAX_LAYERS", "built", "hf_depth", "hf_heads",
+           "hf_heads_reason", "input_spec", "inputs", "kwargs", "positive_int", "settings", "show"]

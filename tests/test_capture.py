@@ -247,3 +247,25 @@ def test_llama_70b_width_allocates_nothing() -> None:
     assert sum(1 for g in cap.gemms if g.phase == "forward") == 2 * 9 + 1
     kv = [g for g in cap.gemms if g.module.endswith("k_proj") and g.phase == "forward"]
     assert {(g.m, g.n, g.k) for g in kv} == {(4096, 1024, 8192)}
+
+
+class _LayerDropBlock(torch.nn.Module):
+    """LayerDrop as transformers before 5.2x wrote it: drawn even when the rate is 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(64, 64)
+        self.layerdrop = 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and torch.rand([]) < self.layerdrop:
+            return x
+        return self.fc(x)
+
+
+def test_a_scalar_random_draw_runs_every_layer() -> None:
+    """``torch.rand([]) < p`` needs a fake tensor's value; under the trace the draw is 1.0,
+    so both blocks run: 3n - 1 = 5 GEMMs (BART, OPT, Whisper and wav2vec2 on transformers 5.17)."""
+    cap, _ = trace(lambda: (torch.nn.Sequential(_LayerDropBlock(), _LayerDropBlock()), torch.randn(128, 64)))
+    assert len(cap.gemms) == 5
+    assert torch.rand([]).shape == () and torch.rand([]).item() < 1.0  # outside the trace: a real draw

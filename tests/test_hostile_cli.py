@@ -76,6 +76,20 @@ def test_sarif_says_the_run_was_incomplete(here: Path, capsys: pytest.CaptureFix
                                                           "toolExecutionNotifications": []}]
 
 
+def test_github_annotates_the_targets_that_failed(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 13: ``--format github`` annotated the findings only; a target that could
+    not be linted was a stderr line the pull request never showed."""
+    write_model(here, "bad.py", comment="# shapelint: ignore[SL101")
+    rc, out, err = lint(["model.py", "t.yaml", "bad.py", "--format", "github", "--select", "SL101"], here, capsys)
+    assert rc == 2
+    yaml_error, comment_error = _errors_on_stderr(err)
+    *findings, first, second = out.splitlines()  # bad.py's comment suppresses nothing: its finding stays
+    assert [f.split(",title=")[0] for f in findings] == ["::error file=model.py,line=6", "::error file=bad.py,line=6"]
+    title = "title=shapelint%3A cannot lint this target"
+    assert first == f"::error file=t.yaml,{title}::{yaml_error}"
+    assert second == f"::error file=bad.py,line={LINEAR_LINE},{title}::{comment_error.replace('%', '%25')}"
+
+
 def test_a_failing_target_is_in_the_output_file(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = lint(["model.py", "exits.py", "--format", "json", "-o", "r.json"], here, capsys, outputs=("r.json",))
     assert rc == 2 and [e["target"] for e in json.loads((here / "r.json").read_text())["errors"]] == ["exits.py"]
@@ -95,6 +109,55 @@ def test_long_errors_are_capped_on_one_line(here: Path, capsys: pytest.CaptureFi
     unknown, validator = _errors_on_stderr(err)
     assert rc == 2 and len(unknown) <= 300 and unknown.endswith("…")
     assert "is not a multiple of the number of attention heads" in validator
+
+
+@pytest.mark.parametrize("config,expected", [
+    ({"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 3},
+     "num_attention_heads = 4 is not a multiple of num_key_value_heads = 3: grouped-query attention"),
+    ({"model_type": "mistral", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 8},
+     "num_attention_heads = 4 is not a multiple of num_key_value_heads = 8"),
+    ({"model_type": "llama", "num_key_value_heads": 5},
+     "num_attention_heads = 32 (the default) is not a multiple of num_key_value_heads = 5"),
+    ({"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 4, "num_kv_heads": 3,
+      "new_decoder_architecture": True}, "num_attention_heads = 4 is not a multiple of num_kv_heads = 3"),
+    ({"model_type": "llava", "text_config": {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4,
+                                             "num_key_value_heads": 3}},
+     "text_config.num_attention_heads = 4 is not a multiple of text_config.num_key_value_heads = 3"),
+    ({"model_type": "gpt2", "n_embd": 100, "n_head": 3},
+     "n_embd = 100 is not a multiple of the number of attention heads (n_head = 3)"),
+])
+def test_invalid_heads_are_named_by_their_keys(here: Path, capsys: pytest.CaptureFixture[str],
+                                               config: dict[str, object], expected: str) -> None:
+    """Issue 13: ``num_key_value_heads`` 3 of 4 heads was reported as a tensor-size
+    mismatch (transformers 5 builds it; Llama then lints green, Falcon fails to trace);
+    GPT-2 and BERT quoted transformers' own words (``embed_dim``)."""
+    pytest.importorskip("transformers")
+    layers = "n_layer" if config["model_type"] == "gpt2" else "num_hidden_layers"
+    (here / "config.json").write_text(json.dumps({**config, layers: 1, "vocab_size": 50304}))
+    rc, _, err = lint(["config.json"], here, capsys)
+    (message,) = _errors_on_stderr(err)
+    assert rc == 2 and message.startswith("config.json: ") and expected in message, message
+    assert "Error" not in message  # no exception type: the keys say it all
+
+
+@pytest.mark.parametrize("config,key", [
+    ({"model_type": "gpt2", "n_layer": 10_000}, "n_layer = 10000"),
+    ({"model_type": "t5", "num_layers": 2, "num_decoder_layers": 5000}, "num_decoder_layers = 5000"),
+    ({"model_type": "llava", "text_config": {"model_type": "llama", "num_hidden_layers": 1001}},
+     "text_config.num_hidden_layers = 1001"),
+])
+def test_a_config_too_deep_to_trace_is_refused(here: Path, capsys: pytest.CaptureFixture[str],
+                                               config: dict[str, object], key: str) -> None:
+    """Issue 13: a 10,000-layer GPT-2 config ran 7.5 minutes and died with SIGSEGV (exit
+    139, no message) while torch freed the autograd graph. Refused before anything is
+    built (this test takes a second, not minutes)."""
+    pytest.importorskip("transformers")
+    from shapelint.validate import MAX_LAYERS
+
+    (here / "config.json").write_text(json.dumps(config))
+    rc, _, err = lint(["config.json"], here, capsys)
+    (message,) = _errors_on_stderr(err)
+    assert rc == 2 and message.startswith(f"config.json: {key} is more than the {MAX_LAYERS:,} layers"), message
 
 
 # -- discovery ------------------------------------------------------------------------
@@ -217,6 +280,69 @@ def test_the_forward_pass_is_user_code_too(here: Path, capsys: pytest.CaptureFix
     assert rc == 2 and "quits.py: forward and backward called sys.exit(0) instead of returning" in err
 
 
+COMPILED_FUNCTION = """\
+import torch
+import torch.nn as nn
+
+
+@torch.compile
+def project(x, w):
+    return x @ w
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(1023, 1024))
+
+    def forward(self, x):
+        return project(x, self.w)
+
+
+def shapelint_model():
+    return M(), torch.randn(4096, 1023)
+"""
+
+
+@pytest.mark.parametrize("name,source,expected", [
+    ("whole.py", GOOD.replace("return model,", "return torch.compile(model),"),
+     "whole.py: the model is compiled with torch.compile, which cannot run on fake tensors: lint the uncompiled "
+     "model (--compile prices the step as torch.compile runs it)"),
+    ("part.py", GOOD.replace("nn.Sequential(nn.Linear(1023, 1024)", "nn.Sequential(torch.compile(nn.Linear(1023, 1024))"),
+     "part.py: module 0 is compiled with torch.compile, which cannot run on fake tensors"),
+    ("function.py", COMPILED_FUNCTION,
+     "function.py: the model runs code compiled with torch.compile (function.py:5, project), which cannot run on fake "
+     "tensors"),
+    ("inside.py", GOOD.replace(
+        "def shapelint_model():\n", "class C(nn.Linear):\n    def forward(self, x):\n"
+        "        return torch.compile(super().forward)(x)\n\n\ndef shapelint_model():\n").replace(
+        "nn.Sequential(nn.Linear(", "nn.Sequential(C("),
+     "inside.py: the model calls torch.compile while it runs, which cannot run on fake tensors"),
+    ("meta.py", GOOD.replace("nn.ReLU())", "nn.ReLU())\n    model.register_forward_pre_hook(lambda m, a: (a[0].to('meta'),))"),
+     "meta.py: the model puts tensors on two devices (meta and cpu): shapelint traces on the CPU with fake tensors "
+     "(no GPU needed): leave .to(device), .cuda() and device= out of the model and its inputs"),
+])
+def test_a_model_that_cannot_run_on_fake_cpu_tensors_says_why(here: Path, capsys: pytest.CaptureFixture[str], name: str,
+                                                                source: str, expected: str) -> None:
+    """Issue 13: a torch.compile'd model crashed the lint with SIGSEGV (Inductor's kernels
+    read fake tensors' memory) or read as "two devices"; a model moved to another
+    device failed in torch's words."""
+    (here / name).write_text(source)
+    rc, _, err = lint([name], here, capsys)
+    (message,) = _errors_on_stderr(err)
+    assert rc == 2 and message.startswith(expected), message
+
+
+def test_a_model_moved_to_cuda_says_why(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``.to('cuda')``: on a CPU-only PyTorch ``not linked with support for cuda devices``,
+    on a CUDA build without a GPU ``Found no NVIDIA driver``, with a GPU two devices."""
+    (here / "cuda.py").write_text(GOOD.replace("return model,", "return model.to('cuda'),"))
+    rc, _, err = lint(["cuda.py"], here, capsys)
+    (message,) = _errors_on_stderr(err)
+    assert rc == 2 and message.startswith("cuda.py: the model ") and message.endswith(
+        "leave .to(device), .cuda() and device= out of the model and its inputs"), message
+
+
 # -- suppression comments ---------------------------------------------------------------
 
 
@@ -272,6 +398,23 @@ def test_isolation_flags_are_checked(here: Path, capsys: pytest.CaptureFixture[s
     assert cli._bytes("8G") == 8 * 2**30 and cli._bytes("512m") == 512 * 2**20
 
 
+@pytest.mark.parametrize("argv,expected", [
+    (["-o", ""], "--output: the file name is empty"),
+    (["--dump-graph", " "], "--dump-graph: the file name is empty"),
+    (["--batch", str(2**70)], f"argument --batch: must be at most {2**63 - 1} (int64), got {2**70}"),
+    (["--max-memory", "99999999999T"], "--max-memory 99999999999T is more than any address space (2^63 bytes)"),
+])
+def test_values_no_run_can_use_are_refused(here: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                           expected: str) -> None:
+    """``-o ''`` wrote the report to stdout, ``--dump-graph ''`` was ignored (like
+    ``--gpu ''``); a batch beyond int64 failed inside the user's code; a
+    ``--max-memory`` beyond 2^63 bytes was an internal OverflowError."""
+    if "--max-memory" in argv and not isolate.available():
+        pytest.skip("needs os.fork")
+    rc, out, err = lint(["model.py", *argv], here, capsys)
+    assert rc == 2 and out == "" and err == f"shapelint: error: {expected}\n"
+
+
 @pytest.mark.skipif(not isolate.available(), reason="needs os.fork")
 def test_timeout_through_the_cli(here: Path, capfd: pytest.CaptureFixture[str]) -> None:
     (here / "slow.py").write_text(GOOD.replace("def shapelint_model():\n",
@@ -279,6 +422,23 @@ def test_timeout_through_the_cli(here: Path, capfd: pytest.CaptureFixture[str]) 
     assert cli.main(["slow.py", "--no-config", "--timeout", "0.5"]) == 2
     out, err = capfd.readouterr()
     assert out == "" and err == "shapelint: error: the lint ran past --timeout 0.5 s and was stopped\n"
+
+
+@pytest.mark.skipif(not isolate.available(), reason="needs os.fork")
+def test_a_too_low_memory_cap_is_one_line_naming_the_flag(here: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 13: a too-low ``--max-memory`` ended in ``internal error: ImportError:
+    libtorch_cpu.so: failed to map segment``, ``internal error: MemoryError``, or a
+    C++ ``terminate called`` line followed by ``crashed with SIGABRT`` (by cap size).
+    The model allocates a real gigabyte at import, so the cap is hit whatever this test
+    process has already loaded."""
+    (here / "hungry.py").write_text("buffer = bytearray(2**30)\n" + GOOD)
+    assert cli.main(["hungry.py", "--no-config", "--max-memory", "64M", "--format", "json"]) == 2
+    out, err = capfd.readouterr()
+    assert len(err.splitlines()) == 1, err
+    message = err.removeprefix("shapelint: error: ").removeprefix("hungry.py: ")  # in loading, or in the target
+    assert message.startswith("ran out of memory under --max-memory 64M: raise it (e.g. --max-memory 1G) "
+                              "or leave it out ("), err
+    assert out == "" or json.loads(out)["errors"][0]["message"] == err.removeprefix("shapelint: error: ").strip()
 
 
 @pytest.mark.skipif(not isolate.available(), reason="needs os.fork")

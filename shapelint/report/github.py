@@ -7,13 +7,21 @@ The level follows the severity (error → ``error``, warning → ``warning``, in
 and LF become ``%25``, ``%0D``, ``%0A``; in property values ``:`` and ``,`` also
 become ``%3A`` and ``%2C``. Paths are relative to the repository root, as the
 annotations need. Suppressed findings are never annotated.
+
+A target that could not be linted is an ``error`` annotation too, at the target's file
+(and at the line its message names, ``model.py:6: ...``), titled
+``shapelint: cannot lint this target``, so a failing check says why on the diff::
+
+    ::error file=t.yaml,title=shapelint%3A cannot lint this target::t.yaml: model: shutil is not ...
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from pathlib import Path
 
-from shapelint.pipeline import Result
+from shapelint.pipeline import Result, TargetError
 from shapelint.report.sarif import location, message, relative_path
 
 LEVELS = {"error": "error", "warning": "warning", "info": "notice"}
@@ -33,7 +41,24 @@ def annotation(level: str, message_text: str, **props: object) -> str:
     return f"::{level}{' ' + body if body else ''}::{escape_data(message_text)}"
 
 
-def render(results: Sequence[Result]) -> str:
+#: the title of a target that could not be linted
+ERROR_TITLE = "shapelint: cannot lint this target"
+
+
+def error_annotation(e: TargetError) -> str:
+    """A target that could not be linted: an ``error`` at its file (a directory
+    target: its ``config.json``), at the line its message starts with, if any."""
+    file = e.target
+    if Path(file).is_dir() and (Path(file) / "config.json").is_file():
+        file = str(Path(file) / "config.json")
+    m = re.match(rf"{re.escape(e.target)}:(\d+):", e.message)
+    return annotation("error", e.message, file=relative_path(file) or file,
+                      line=int(m.group(1)) if m else None, title=ERROR_TITLE)
+
+
+def render(results: Sequence[Result], errors: Sequence[TargetError] = ()) -> str:
+    """One annotation per finding (suppressed ones left out), then one per target
+    that could not be linted."""
     lines = []
     for r in results:
         for f in r.findings:
@@ -47,4 +72,5 @@ def render(results: Sequence[Result]) -> str:
                 line=line,
                 title=f"{f.code} {f.name}",
             ))
+    lines += [error_annotation(e) for e in errors]
     return "".join(line + "\n" for line in lines)
