@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from shapelint import autocast
 from shapelint.errors import ShapelintError
+from shapelint.files import display_path
 from shapelint.gemm_shapes import (
     FUSED_ATTENTION,
     FUSED_ATTENTION_BACKWARD,
@@ -157,17 +158,9 @@ def user_frame_source(skip_code: Any = None) -> Source | None:
         filename = code.co_filename
         if (code is not skip_code and not filename.startswith("<")
                 and not filename.startswith(_SKIP_DIRS + (_SHAPELINT_DIR,))):
-            return Source(_display_path(filename), frame.f_lineno)
+            return Source(display_path(filename), frame.f_lineno)
         frame = frame.f_back  # type: ignore[assignment]  # the loop stops at None
     return None
-
-
-def _display_path(filename: str) -> str:
-    try:
-        rel = os.path.relpath(filename)
-    except ValueError:
-        return filename
-    return filename if rel.startswith("..") else rel
 
 
 def module_params(module: torch.nn.Module) -> tuple[tuple[str, int], ...]:

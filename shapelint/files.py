@@ -132,3 +132,12 @@ def parse_json(text: str, where: str) -> Any:
         raise ShapelintError(f"{where}:{exc.lineno}: JSON syntax error: {exc.msg}") from exc
     except RecursionError as exc:
         raise ShapelintError(f"{where}: JSON syntax error: nested too deeply") from exc
+
+
+def display_path(file: str) -> str:
+    """A file relative to the working directory when it lies below it, else as given."""
+    try:
+        rel = os.path.relpath(file)
+    except ValueError:
+        return file
+    return file if rel.startswith("..") else rel

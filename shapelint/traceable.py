@@ -16,7 +16,6 @@ line instead of in torch's words (or a crash):
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import sys
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from typing import Any
 import torch
 
 from shapelint.errors import ShapelintError
+from shapelint.files import display_path
 
 #: what to do instead of compiling, in every message about it
 _UNCOMPILED = ("cannot run on fake tensors: lint the uncompiled model (--compile prices the step as "
@@ -106,7 +106,7 @@ def explain(exc: BaseException) -> str | None:
         text = str(e)
         if _STANCE.search(text):
             at = _COMPILED_AT.search(text)
-            where = f" ({_shown(at['file'])}:{at['line']}, {at['fn']})" if at else ""
+            where = f" ({display_path(at['file'])}:{at['line']}, {at['fn']})" if at else ""
             return f"the model runs code compiled with torch.compile{where}, which {_UNCOMPILED}"
         two = _TWO_DEVICES.search(text)
         if two:
@@ -126,14 +126,6 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         yield e
         e = e.__cause__ or e.__context__
 
-
-def _shown(file: str) -> str:
-    """A file relative to the working directory when it lies below it."""
-    try:
-        rel = os.path.relpath(file)
-    except ValueError:
-        return file
-    return file if rel.startswith("..") else rel
 
 
 __all__ = ["check_not_compiled", "compiled_modules", "explain", "refusing_compile"]
