@@ -28,33 +28,35 @@ class StepProfile:
     """How the rest of a training step runs on this GPU (``step:`` in ``_arch.yaml``
     or a profile; ``docs/step-measurements.md`` has the measurements): the fraction of
     the copy bandwidth each class of memory-bound kernel reaches, the shortest kernel,
-    the GPU's idle time between kernels, and the host time to issue one kernel."""
+    the GPU's idle time between kernels, and the host time to issue one kernel. Every
+    value comes from the profile files (each architecture's ``step:`` table is complete),
+    never from a default here."""
 
     #: pointwise, cast, fill and contiguous copy kernels
-    elementwise_efficiency: float = 0.9
+    elementwise_efficiency: float
     #: row reductions: softmax, norms, losses, sums
-    reduction_efficiency: float = 0.45
+    reduction_efficiency: float
     #: a copy or pointwise kernel that reads or writes a strided (sliced, transposed) tensor
-    strided_copy_efficiency: float = 0.55
+    strided_copy_efficiency: float
     #: a copy that transposes (Inductor's pad of a transposed GEMM operand)
-    transpose_copy_efficiency: float = 0.3
+    transpose_copy_efficiency: float
     #: the fused multi-tensor optimizer kernels
-    optimizer_efficiency: float = 0.88
+    optimizer_efficiency: float
     #: the shortest GPU time of any kernel, microseconds
-    min_kernel_us: float = 2.5
+    min_kernel_us: float
     #: GPU idle time between two kernels of a GPU-bound step, microseconds
-    kernel_gap_us: float = 1.5
+    kernel_gap_us: float
     #: host time to issue one kernel of an eager step (Python, dispatch, launch), microseconds
-    host_us_per_kernel: float = 40.0
+    host_us_per_kernel: float
     #: the same under torch.compile (Inductor's wrappers, autograd, the eager optimizer)
-    compile_host_us_per_kernel: float = 40.0
+    compile_host_us_per_kernel: float
     #: fraction of a fused attention kernel's rate kept when it applies an explicit mask
     #: (it then computes every score tile: no causal skipping); 1 where not measured
-    masked_attention_efficiency: float = 1.0
+    masked_attention_efficiency: float
     #: GPU time a fused attention kernel spends on attention dropout per score element
     #: it computes (the forward draws the mask, the backward draws it again), picoseconds;
     #: 0 where not measured
-    attention_dropout_ps: float = 0.0
+    attention_dropout_ps: float
 
 
 STEP_KEYS = tuple(StepProfile.__dataclass_fields__)
@@ -75,25 +77,27 @@ class Hardware:
     tiles: tuple[tuple[int, int], ...]
     wave_weight: float
     achievable: float
-    sources: tuple[str, ...] = ()
-    measured: dict[str, Any] = field(default_factory=dict)
-    #: from _arch.yaml: efficiency of a tensor-core GEMM whose worst operand is only
-    #: N-byte aligned, per element size: {element_bytes: {aligned_bytes: efficiency}}
-    misaligned_efficiency: dict[int, dict[int, float]] = field(default_factory=dict)
-    misaligned_output_efficiency: dict[int, dict[int, float]] = field(default_factory=dict)
-    conv_misaligned_efficiency: dict[int, float] = field(default_factory=dict)
-    attention_misaligned_efficiency: float = 0.44
+    # the rest come from the profile or its architecture in _arch.yaml (profile_from_dict),
+    # never from a default here: one number in one place
+    #: efficiency of a tensor-core GEMM whose worst operand is only N-byte aligned, per
+    #: element size: {element_bytes: {aligned_bytes: efficiency}}
+    misaligned_efficiency: dict[int, dict[int, float]]
+    misaligned_output_efficiency: dict[int, dict[int, float]]
+    conv_misaligned_efficiency: dict[int, float]
+    attention_misaligned_efficiency: float
     #: fraction of the copy bandwidth cuDNN's NCHW <-> NHWC transposes of a convolution's
     #: operands reach (each transpose reads and writes the tensor once)
-    conv_transpose_efficiency: float = 0.8
-    memory_efficiency: float = 0.5
-    min_gemm_us: float = 5.0
-    attention_efficiency: float = 0.5
-    gemm_efficiency: float = 0.87
-    #: from _arch.yaml: the memory-bound rate of a misaligned GEMM (narrower loads) as a
-    #: fraction of the aligned one: {element bytes: {aligned bytes: fraction}}
-    misaligned_memory_efficiency: dict[int, dict[int, float]] = field(default_factory=dict)
-    step: StepProfile = field(default_factory=StepProfile)
+    conv_transpose_efficiency: float
+    memory_efficiency: float
+    min_gemm_us: float
+    attention_efficiency: float
+    gemm_efficiency: float
+    #: the memory-bound rate of a misaligned GEMM (narrower loads) as a fraction of the
+    #: aligned one: {element bytes: {aligned bytes: fraction}}
+    misaligned_memory_efficiency: dict[int, dict[int, float]]
+    step: StepProfile
+    sources: tuple[str, ...] = ()
+    measured: dict[str, Any] = field(default_factory=dict)
     file: str = ""
 
     def __post_init__(self) -> None:
