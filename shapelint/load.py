@@ -39,7 +39,6 @@ from shapelint.errors import ShapelintError, one_line
 from shapelint.files import check_regular, parse_json, parse_yaml, read_text
 from shapelint.locate import json_int_keys
 from shapelint.records import Source
-from shapelint.targets import discover as find_targets
 from shapelint.usercode import import_user_file, quiet_torch_logs, user_code
 
 #: default token shape for config targets: GPT-2's training shape (8 sequences of 1024)
@@ -79,13 +78,6 @@ def target_kind(path: Path) -> str:
     if path.suffix in YAML_SUFFIXES:
         return "yaml"
     raise ShapelintError(f"{path}: not a Python file, a config.json, a shapelint YAML or a directory")
-
-
-def discover(targets: list[str]) -> list[Path]:
-    """The targets the command line names: files as given, directories walked for
-    the JSON and YAML targets under them (see :mod:`shapelint.targets`, which also
-    returns the files passed over)."""
-    return find_targets(targets).targets
 
 
 def load(path: Path, *, batch: int | None = None, seq: int | None = None,
