@@ -16,7 +16,9 @@ Convolutions whose channel counts are not 16-byte multiples are left to SL401:
 there channels-last alone was measured to gain nothing (below); pad first. A
 stem's few input channels (``in_channels <= 4``) do not count as misaligned
 (SL401's exception): a channels-last stem was measured faster. Depthwise
-convolutions (one channel per group) run no tensor-core GEMM and are skipped.
+convolutions (one channel per group) run no tensor-core GEMM and are skipped, and
+so are 1-D and 3-D ones: ``torch.channels_last`` is a 4-D format (a ``Conv1d``'s
+activations have none; wav2vec2's feature encoder measured 1.00x).
 
 ## Why is this bad?
 Every transpose reads and writes the whole activation. Measured on an H200
@@ -85,6 +87,8 @@ GOOD = [
     Example("nn.Conv2d(30, 60, 3, padding=1)", "torch.randn(64, 30, 56, 56)"),
     # depthwise: no tensor-core GEMM to feed
     Example("nn.Conv2d(64, 64, 3, padding=1, groups=64)", "torch.randn(64, 64, 56, 56)"),
+    # 1-D: no channels-last format for 3-D tensors
+    Example("nn.Conv1d(512, 512, 3, stride=2)", "torch.randn(8, 512, 16000)"),
     Example("nn.Linear(1024, 4096)", "torch.randn(4096, 1024)"),
 ]
 
@@ -104,7 +108,7 @@ def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> It
     flagged: list[tuple[ConvCall, list[Gemm]]] = []
     for call, members in conv_calls(gemms):
         g = members[0]
-        if not hardware.uses_tensor_cores(g.dtype) or not _nchw(members) or call.depthwise:
+        if not hardware.uses_tensor_cores(g.dtype) or not _nchw(members) or call.depthwise or call.spatial_dims != 2:
             continue
         if misaligned_channels(call, hardware.align_elems(g.dtype_bytes)):
             continue  # SL401: pad first

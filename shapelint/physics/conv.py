@@ -54,6 +54,11 @@ class ConvCall:
         return w[1] * self.groups if self.transposed else w[0]
 
     @property
+    def spatial_dims(self) -> int:
+        """1 for a Conv1d, 2 for a Conv2d, 3 for a Conv3d."""
+        return len(self.shape("input")) - 2
+
+    @property
     def kernel_shape(self) -> tuple[int, ...]:
         return self.shape("weight")[2:]
 
