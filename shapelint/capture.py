@@ -26,6 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from shapelint import autocast
+from shapelint import replay as _replay
 from shapelint.errors import ShapelintError
 from shapelint.files import display_path
 from shapelint.gemm_shapes import (
@@ -196,6 +197,8 @@ class _Recorder:
         self.ops: list[tuple[Any, ...]] = []
         self._serials: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
         self._next_serial = 0
+        #: set while shapelint.replay runs ops of its own (its marks, a replayed layer's outputs)
+        self.paused = False
         for path, mod in root.named_modules(remove_duplicate=True):
             self.infos[id(mod)] = ModuleInfo(
                 path or "<root>", type(mod).__name__, module_params(mod), defined_at.get(id(mod))
@@ -258,6 +261,11 @@ class _Recorder:
         self._serials[id(t)] = (weakref.ref(t), number)
         return number
 
+    def _known_serial(self, t: torch.Tensor) -> int | None:
+        """The tensor's serial number if it has one (without giving it one)."""
+        entry = self._serials.get(id(t))
+        return entry[1] if entry is not None and entry[0]() is t else None
+
     def _new_serial(self) -> int:
         self._next_serial += 1
         return self._next_serial
@@ -289,6 +297,8 @@ class _Recorder:
 
     # -- every op ----------------------------------------------------------
     def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        if self.paused:
+            return
         kind = self._kinds.get(func)
         if kind is None:
             kind = self._kinds[func] = _op_kind(func)
@@ -659,15 +669,53 @@ def capture(
     precision: str = "bf16",
     training: bool = True,
     defined_at: dict[int, Source] | None = None,
+    replay: bool = True,
 ) -> Capture:
     """Run ``model`` on ``inputs`` (fake or meta tensors, already in the compute
     dtype) forward and, when ``training``, backward with a dense gradient on every
-    floating output (as a loss over the outputs gives), and record every GEMM."""
+    floating output (as a loss over the outputs gives), and record every GEMM.
+
+    With ``replay`` (training only), repeated identical layers are traced once and
+    their records copied (:mod:`shapelint.replay`); where that cannot be shown to give
+    the records a full trace gives, the model is traced again in full."""
+    if not (training and replay):
+        if replay:
+            _replay.STATS.__dict__.update(vars(_replay.Stats()))
+        return _capture(model, inputs, precision, training, defined_at, replay=False)
+    grads = _grads(model, inputs)
+    try:
+        return _capture(model, inputs, precision, training, defined_at, replay=True)
+    except _ReplayFailed as failed:
+        why = failed.why
+    for t, g in grads:  # as they were: a second backward would accumulate into them
+        t.grad = g
+    cap = _capture(model, inputs, precision, training, defined_at, replay=False)
+    _replay.STATS.replayed = 0
+    _replay.STATS.fell_back = why
+    return cap
+
+
+class _ReplayFailed(Exception):
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def _grads(model: torch.nn.Module, inputs: Any) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """The gradient of every parameter and leaf input tensor that requires grad."""
+    leaves = [t for t in output_tensors(inputs) if t.is_leaf and t.requires_grad]
+    return [(t, t.grad) for t in [*model.parameters(), *leaves]]
+
+
+def _capture(model: torch.nn.Module, inputs: Any, precision: str, training: bool,
+             defined_at: dict[int, Source] | None, replay: bool) -> Capture:
     rec = _Recorder(model, precision, defined_at or {})
     model.train(training)
+    replayer = _replay.Replayer(rec, model) if replay else None
     grad_ctx = contextlib.nullcontext() if training else torch.no_grad()
     try:
-        with _module_hooks(rec), fused_attention(), every_layer_runs(), _recording(rec, model), grad_ctx:
+        with (_module_hooks(rec), fused_attention(), every_layer_runs(), _recording(rec, model), grad_ctx,
+              replayer.installed() if replayer else contextlib.nullcontext()):
             with _autocast(precision):
                 out = call_model(model, inputs)
             if training:
@@ -679,9 +727,17 @@ def capture(
                     )
                 torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
     except ShapelintError:
+        if replayer is not None and replayer.used:
+            raise _ReplayFailed("the traced model failed") from None
         raise
     except Exception as exc:  # noqa: BLE001 - any failure in user code is reported cleanly
+        if replayer is not None and replayer.used:
+            raise _ReplayFailed(f"the traced model failed: {_one_line(exc)}") from None
         raise ShapelintError(f"cannot trace the model: {_one_line(exc)}") from exc
+    if replayer is not None:
+        why = replayer.finish()
+        if why:
+            raise _ReplayFailed(why)
 
     gemms = []
     for i, (s, phase, owner, role, dtype) in enumerate(rec.shapes):
