@@ -135,6 +135,9 @@ def test_a_fix_that_breaks_the_model_is_undone(tmp_path: Path, monkeypatch: pyte
     broken = model.read_text().replace("torch.randn(4096, 1023)", "torch.randn(4096, WIDTH)") + "\nWIDTH = 1023\n"
     broken = broken.replace("WIDTH = 1023", "WIDTH = 1000 + 23")
     model.write_text(broken)
-    rc, _, err = run([model, "--fix"], capsys)
+    # named relative to the working directory: the message names the file twice and is
+    # cut at 300 characters, so a long temporary path (pytest-xdist adds popen-gwN/) cut
+    # off its end, "every edit was undone"
+    rc, _, err = run([model.name, "--fix"], capsys)
     assert rc == 2 and "the fixes broke" in err and "every edit was undone" in err
     assert model.read_text() == broken

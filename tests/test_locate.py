@@ -17,6 +17,10 @@ from shapelint.locate import explain, json_int_keys
 
 pytest.importorskip("transformers")
 
+#: on the worker that runs tests/test_models_corpus.py (pytest-xdist): these architectures'
+#: transformers modules are imported there already
+pytestmark = pytest.mark.xdist_group("corpus")
+
 CORPUS = Path(__file__).resolve().parent / "corpus"
 DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "encoder_layers", "decoder_layers")
 ARGS = ("--format", "json", "--min-step-share", "0")

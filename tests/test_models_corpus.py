@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,11 @@ from shapelint.load import load, token_count
 from shapelint.records import Gemm
 
 pytest.importorskip("transformers")
+
+#: one pytest-xdist worker runs the whole corpus: each architecture's transformers
+#: modules are imported once (about 9 s for the 44 models), not once per worker
+#: (tests/test_models_tp.py and tests/test_locate.py build corpus models too; they join the group)
+pytestmark = pytest.mark.xdist_group("corpus")
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 MODELS = sorted(p.name for p in CORPUS.iterdir() if (p / "config.json").is_file())
@@ -49,15 +55,21 @@ def shrink(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("corpus")
+def write_small(root: Path) -> dict[str, Path]:
+    """Every corpus config at DEPTH layers, ``root/<model>/config.json``."""
     paths = {}
     for name in MODELS:
         (root / name).mkdir()
         paths[name] = root / name / "config.json"
         paths[name].write_text(json.dumps(shrink(json.loads((CORPUS / name / "config.json").read_text())), indent=2))
     return paths
+
+
+@pytest.fixture
+def small(small_corpus: dict[str, Path]) -> dict[str, Path]:
+    """conftest.py's session-wide copy: tests/test_models_tp.py traces the same files,
+    so :func:`traced` captures each model once for both modules."""
+    return small_corpus
 
 
 def test_the_corpus_has_30_architectures_and_more() -> None:
@@ -83,9 +95,10 @@ ATTENTION_FLOPS = {
 
 
 @functools.cache
-def traced(path: Path, batch: int = BATCH, seq: int = SEQ) -> tuple[list[Gemm], dict[str, int]]:
+def traced(path: Path, batch: int = BATCH, seq: int = SEQ) -> tuple[tuple[Gemm, ...], dict[str, int]]:
     """The capture and FlopCounterMode's per-op totals, from one run of the step
-    (once per model: several tests read them; the records are frozen)."""
+    (once per model: several tests, here and in tests/test_models_tp.py, read them;
+    the records are frozen and kept in a tuple)."""
     loaded = load(path, batch=batch, seq=seq)
     with loaded.fake_mode:
         inputs = to_precision(loaded.model, loaded.inputs, "bf16")
@@ -93,14 +106,14 @@ def traced(path: Path, batch: int = BATCH, seq: int = SEQ) -> tuple[list[Gemm], 
         with counter:
             cap = capture(loaded.model, inputs, precision="bf16", defined_at=loaded.defined_at)
     counts = {str(op).split(".")[-1]: n for op, n in counter.get_flop_counts()["Global"].items()}
-    return cap.gemms, counts
+    return tuple(cap.gemms), counts
 
 
 def _packet(g: Gemm) -> str:
     return {"sdpa": "fused_attention"}.get(g.op.split(".")[0], g.op.split(".")[0])
 
 
-def expected_counter(gemms: list[Gemm]) -> dict[str, int]:
+def expected_counter(gemms: Sequence[Gemm]) -> dict[str, int]:
     """What FlopCounterMode reports for these GEMMs, per op: the same FLOPs, except
     where the counter is known wrong. It counts a grouped (or depthwise) convolution's
     weight gradient groups times over (``conv_backward_flop`` multiplies every input
@@ -138,7 +151,7 @@ def test_corpus_model_lints_with_exit_0_or_1(name: str, small: dict[str, Path], 
 
 # -- how the GPU runs them ------------------------------------------------------------------
 
-def attention(gemms: list[Gemm]) -> Counter[tuple[str, bool, int, int]]:
+def attention(gemms: Sequence[Gemm]) -> Counter[tuple[str, bool, int, int]]:
     """(kernel, causal, head dim of QKᵀ, head dim of PV) of every forward attention."""
     return Counter((str(dict(g.extra)["kernel"]), bool(dict(g.extra)["is_causal"]), g.k, pv.n)
                    for g, pv in zip(*(([x for x in gemms if x.op == op]) for op in ("sdpa.qk", "sdpa.pv"))))

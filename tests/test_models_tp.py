@@ -3,11 +3,11 @@ forward and gradients agree, heads must divide, experts split."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from test_models_corpus import CORPUS, shrink, traced
+from test_models_corpus import traced
 
 from shapelint.errors import ShapelintError
 from shapelint.records import Gemm
@@ -15,16 +15,15 @@ from shapelint.tp import attention_heads, parallel_style, shard
 
 pytest.importorskip("transformers")
 
+#: on the worker that runs tests/test_models_corpus.py (pytest-xdist), which traces these models too
+pytestmark = pytest.mark.xdist_group("corpus")
 
-@pytest.fixture(scope="module")
-def config(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("tp")
 
-    def write(name: str) -> Path:
-        path = root / f"{name}.json"
-        path.write_text(json.dumps(shrink(json.loads((CORPUS / name / "config.json").read_text()))))
-        return path
-    return write
+@pytest.fixture
+def config(small_corpus: dict[str, Path]):
+    """The corpus config at 2 layers: the files tests/test_models_corpus.py traces
+    (:func:`traced` is cached by path: each model is captured once for both)."""
+    return small_corpus.__getitem__
 
 
 #: (model, a column-parallel module, a row-parallel one, its out_features, heads, kv heads)
@@ -41,7 +40,7 @@ FAMILIES = [
 ]
 
 
-def _by(gemms: list[Gemm], module: str) -> dict[str, tuple[int, int, int]]:
+def _by(gemms: Sequence[Gemm], module: str) -> dict[str, tuple[int, int, int]]:
     return {g.phase: (g.m, g.n, g.k) for g in gemms if g.module == module}
 
 

@@ -51,6 +51,10 @@ COMPUTED = MODEL.replace("nn.Linear(256, 5001, bias=False)", "nn.Linear(256, 500
 
 SMALL = vs.Schedule(rounds=2, steps=2, warmup=1)
 
+#: one pytest-xdist worker runs this module: the module-scoped lints below, and the
+#: first real GPT-2 and torch.compile in a process, are paid once
+pytestmark = pytest.mark.xdist_group("verify_step")
+
 
 def lint(path: Path, *, batch: int | None = None, seq: int | None = None, compile: bool = False) -> Result:
     opts = Options(dtype="tf32", batch=batch, seq=seq, compile=compile, policy=Policy(min_step_share=0.0))
