@@ -293,7 +293,8 @@ class _Recorder:
         strided = kclass in ("copy", "pointwise") and any(not t.is_contiguous() for t in ins + outs if t.dim() > 1)
         backward = not self.stack and torch._C._current_autograd_node() is not None
         owner = self.stack[-1].path if self.stack else ""
-        self.ops.append((name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided))
+        shape = _iteration(kclass, ins, outs)
+        self.ops.append((name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided, shape))
 
     # -- every op ----------------------------------------------------------
     def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
@@ -347,6 +348,17 @@ class _Recorder:
 
 def _tensors(values: Any) -> list[torch.Tensor]:
     return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+def _iteration(kclass: str, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> tuple[int, int]:
+    """(elements the kernel iterates over, elements it produces): a reduction iterates
+    over its largest input and produces its largest output, any other op iterates over
+    its largest output (or input)."""
+    made = max((t.numel() for t in outs), default=0)
+    if kclass == "reduction":
+        return max((t.numel() for t in ins), default=made), made
+    size = made or max((t.numel() for t in ins), default=0)
+    return size, size
 
 
 def _stored_bytes(t: torch.Tensor) -> int:
@@ -765,10 +777,10 @@ def _capture(model: torch.nn.Module, inputs: Any, precision: str, training: bool
             )
         )
     ops, first = [], 0
-    for i, (name, kclass, backward, nbytes, reads, writes, count, owner, widest, strided) in enumerate(rec.ops):
+    for i, (name, kclass, backward, nbytes, reads, writes, count, owner, widest, strided, shape) in enumerate(rec.ops):
         indices = tuple(range(first, first + count)) if kclass in ("gemm", "attention") else ()
         first += len(indices)
-        ops.append(Op(i, name, kclass, backward, nbytes, reads, writes, indices, owner, widest, strided))
+        ops.append(Op(i, name, kclass, backward, nbytes, reads, writes, indices, owner, widest, strided, *shape))
     params = tuple((p.numel(), p.element_size()) for p in model.parameters() if p.requires_grad)
     return Capture(gemms, training, precision, ops=ops, params=params)
 

@@ -129,6 +129,10 @@ class Op:
     #: a copy or pointwise op that reads or writes a non-contiguous (strided) tensor: CUDA
     #: runs it on TensorIterator's non-vectorised path
     strided: bool = False
+    #: elements the kernel iterates over (a reduction: its largest input), and the
+    #: elements it produces (a reduction's output): what Inductor can fuse it with
+    numel: int = 0
+    out_numel: int = 0
 
 
 @dataclass(frozen=True)

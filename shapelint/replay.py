@@ -664,12 +664,12 @@ class Replayer:
                   ) -> list[tuple[Any, ...]]:
         names: dict[str, str] = {}
         out = []
-        for name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided in ops:
+        for name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided, shape in ops:
             renamed = names.get(owner)
             if renamed is None:
                 renamed = names[owner] = self._rename(owner, t, m) or owner
             out.append((name, kclass, backward, nbytes, tuple((serial(s), b) for s, b in reads),
-                        tuple((serial(s), b) for s, b in writes), gemms, renamed, widest, strided))
+                        tuple((serial(s), b) for s, b in writes), gemms, renamed, widest, strided, shape))
         return out
 
     def _replay_backward(self, state: _Replayed, x: torch.Tensor, grad: torch.Tensor | None, others: bool
@@ -777,8 +777,8 @@ class Replayer:
             return s
 
         return [(name, kclass, bw, nbytes, tuple((norm(s), b) for s, b in reads),
-                 tuple((norm(s), b) for s, b in writes), gemms, self._relative(owner, c), widest, strided)
-                for name, kclass, bw, nbytes, reads, writes, gemms, owner, widest, strided in ops]
+                 tuple((norm(s), b) for s, b in writes), gemms, self._relative(owner, c), widest, strided, shape)
+                for name, kclass, bw, nbytes, reads, writes, gemms, owner, widest, strided, shape in ops]
 
     def _normal_shapes(self, c: _Call, shapes: list[tuple[Any, ...]]) -> list[tuple[Any, ...]] | None:
         """The call's GEMM records with owners relative to it; None if it recomputed anything."""

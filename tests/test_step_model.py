@@ -15,9 +15,9 @@ from torch import nn
 
 from shapelint import hardware
 from shapelint.capture import AUTOCAST_PRECISIONS, capture, compile_builds_mask, to_precision
-from shapelint.pipeline import trace
 from shapelint.load import load
 from shapelint.physics.attention import AttentionCall, compiled_call, gpu_kernel, math_kernel
+from shapelint.pipeline import trace
 from shapelint.price import StepModel, best_after
 from shapelint.price.gemm import gemm_ms, work_ms
 from shapelint.price.step import (
@@ -64,26 +64,56 @@ def test_capture_records_every_kernel_with_its_bytes() -> None:
 
 
 def _op(i: int, kind: str, reads: tuple[tuple[int, int], ...], writes: tuple[tuple[int, int], ...],
-        backward: bool = False) -> Op:
+        backward: bool = False, numel: int = 0, out_numel: int = 0, name: str = "") -> Op:
     nbytes = sum(b for _, b in reads) + sum(b for _, b in writes)
-    return Op(i, kind, kind, backward, nbytes, reads, writes)  # type: ignore[arg-type]
+    return Op(i, name or kind, kind, backward, nbytes, reads, writes,  # type: ignore[arg-type]
+              numel=numel, out_numel=out_numel or numel)
 
 
 def test_fusion_keeps_intermediates_on_chip() -> None:
     # a → pointwise → b → pointwise → c → reduction → d ; gemm reads c ; e (bwd) reads a
     ops = [
-        _op(0, "pointwise", ((1, 4 * MB),), ((2, 4 * MB),)),
-        _op(1, "pointwise", ((2, 4 * MB),), ((3, 4 * MB),)),
-        _op(2, "reduction", ((3, 4 * MB),), ((4, MB),)),
+        _op(0, "pointwise", ((1, 4 * MB),), ((2, 4 * MB),), numel=MB),
+        _op(1, "pointwise", ((2, 4 * MB),), ((3, 4 * MB),), numel=MB),
+        _op(2, "reduction", ((3, 4 * MB),), ((4, MB),), numel=MB, out_numel=MB // 4),
         _op(3, "gemm", ((3, 4 * MB),), ((5, 4 * MB),)),
-        _op(4, "pointwise", ((5, 4 * MB),), ((6, 4 * MB),)),
-        _op(5, "pointwise", ((1, 4 * MB),), ((7, 4 * MB),), backward=True),
+        _op(4, "pointwise", ((5, 4 * MB),), ((6, 4 * MB),), numel=MB),
+        _op(5, "pointwise", ((1, 4 * MB),), ((7, 4 * MB),), backward=True, numel=MB),
     ]
     first, second, third = fused_regions(ops)
-    # reads a (4 MB); writes c (read by the GEMM) and d (read by nobody: a result); b stays on chip
-    assert (first.ops, first.bytes, first.kernels, first.reductions) == ((0, 1, 2), 4 * MB + 4 * MB + MB, 2, 1)
-    assert (second.ops, second.bytes, second.kernels) == ((4,), 8 * MB, 1)
+    # reads a (4 MB); writes c (read by the GEMM) and d (read by nobody: a result); b stays on
+    # chip; the pointwise ops over the reduction's input are its prologue: one kernel
+    assert (first.ops, first.bytes, first.pointwise, first.reductions) == ((0, 1, 2), 4 * MB + 4 * MB + MB, 0,
+                                                                          ((MB, MB // 4),))
+    assert first.kernels(H100) == 1
+    assert (second.ops, second.bytes, second.kernels(H100)) == ((4,), 8 * MB, 1)
     assert third.ops == (5,)  # a new pass starts a new region
+
+
+def test_inductor_kernels_per_iteration_space() -> None:
+    """One backward region of a biased Linear over 8192 tokens x 768 (bf16): a GELU
+    backward, the bias gradient and its fp32 cast, the weight gradient's cast (twice), a
+    row sum; the kernels Inductor's fusion and split rules make of it."""
+    tokens, width = 8192, 768
+    act = tokens * width
+    ops = [
+        _op(0, "pointwise", ((1, 2 * act), (2, 2 * act)), ((3, 2 * act),), True, act, name="gelu_backward"),
+        _op(1, "reduction", ((3, 2 * act),), ((4, 2 * width),), True, act, width, name="sum"),  # bias grad
+        _op(2, "copy", ((4, 2 * width),), ((5, 4 * width),), True, width, name="_to_copy"),  # its fp32 cast
+        _op(3, "copy", ((6, 2 * width * width),), ((7, 4 * width * width),), True, width * width, name="_to_copy"),
+        _op(4, "copy", ((6, 2 * width * width),), ((7, 4 * width * width),), True, width * width, name="_to_copy"),
+        _op(5, "reduction", ((3, 2 * act),), ((8, 4 * tokens),), True, act, tokens, name="sum"),  # a row sum
+    ]
+    (region,) = fused_regions(ops)
+    # op 4 repeats op 3 (same op on the same tensor): one node after CSE
+    assert region.ops == (0, 1, 2, 3, 5)
+    # the weight cast (768x768) is the only iteration space no reduction absorbs: the GELU
+    # backward is the prologue of both reductions, the bias cast the epilogue of the first
+    assert region.pointwise == 1 and region.reductions == ((act, width), (act, tokens))
+    # the bias gradient has 768 outputs (< 64 x 132 SMs) of 8192 elements each: split in two;
+    # the row sum has 8192 outputs of 768 each: one kernel
+    assert H100.sms == 132
+    assert region.kernels(H100) == 1 + 2 + 1
 
 
 def test_eager_step_is_the_larger_of_gpu_and_host_time() -> None:
