@@ -28,8 +28,8 @@ from typing import Any, Protocol, get_args
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
 from shapelint.physics.alignment import is_aligned
-from shapelint.physics.quantization import Cause, waste
-from shapelint.physics.reshape import resize
+from shapelint.physics.quantization import Cause, shape_waste, waste
+from shapelint.physics.reshape import resize, resized_dims
 from shapelint.physics.roofline import compute_bound
 from shapelint.records import (
     ATTN_ROLES,
@@ -176,7 +176,8 @@ def quantization_proposals(
                               (("dimension", value), ("waste", lost), ("cause", cause)))
 
             def fits(c: int, covered: tuple[Gemm, ...] = covered, value: int = value) -> bool:
-                return waste((resize(g, value, c) for g in covered), hw, cause) < min_waste
+                shapes = ((*resized_dims(g, value, c), g.batch) for g in covered)
+                return shape_waste(shapes, hw, cause) < min_waste
 
             dim = Dim(value, hw.align_elems(covered[0].dtype_bytes), search(value), context.tp, below(value))
             yield Proposal(code, name, severity, covered, SizeSearch((dim,), at, fits), gain="throughput")

@@ -48,8 +48,14 @@ def waste(gemms: Iterable[Gemm], hw: Hardware, cause: Cause) -> float:
     """Share of the math of ``gemms`` (FLOP-weighted) that ``cause`` quantization
     throws away: what it costs where the GEMMs are compute-bound (the pricer decides
     whether they are)."""
+    return shape_waste(((g.m, g.n, g.k, g.batch) for g in gemms), hw, cause)
+
+
+def shape_waste(shapes: Iterable[tuple[int, int, int, int]], hw: Hardware, cause: Cause) -> float:
+    """:func:`waste` of GEMMs given as (m, n, k, batch)."""
     useful = spent = 0.0
-    for g in gemms:
-        useful += g.flops
-        spent += g.flops / quantization(g.m, g.n, g.batch, hw).efficiency(cause)
+    for m, n, k, batch in shapes:
+        flops = 2 * m * n * k * batch
+        useful += flops
+        spent += flops / quantization(m, n, batch, hw).efficiency(cause)
     return 1 - useful / spent if spent else 0.0

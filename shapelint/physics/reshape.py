@@ -21,16 +21,22 @@ def _resize_operand(op: Operand, old: int, new: int) -> Operand:
     return replace(op, rows=rows, cols=cols, ld=ld, batch_stride=batch_stride)
 
 
+def resized_dims(g: Gemm, old: int, new: int) -> tuple[int, int, int]:
+    """(m, n, k) of :func:`resize`'s GEMM, without building it (a size search tries many)."""
+    return (new if g.m == old else g.m, new if g.n == old else g.n, new if g.k == old else g.k)
+
+
 def resize(g: Gemm, old: int, new: int) -> Gemm:
     """The same GEMM with every dimension and leading dimension equal to ``old``
     set to ``new`` (what padding a layer's size from ``old`` to ``new`` does)."""
     if old == new:
         return g
+    m, n, k = resized_dims(g, old, new)
     return replace(
         g,
-        m=new if g.m == old else g.m,
-        n=new if g.n == old else g.n,
-        k=new if g.k == old else g.k,
+        m=m,
+        n=n,
+        k=k,
         a=_resize_operand(g.a, old, new),
         b=_resize_operand(g.b, old, new),
         out=_resize_operand(g.out, old, new),
