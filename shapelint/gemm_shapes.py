@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shapelint.records import Operand
+from shapelint.records import Operand, gemm_flops
 
 #: shapelint's own ops (``torch.ops.shapelint.<name>``, defined by ``shapelint.capture``)
 #: for the fused attention kernels a GPU runs: forward (q, k, v, attn_mask,
@@ -79,7 +79,7 @@ class GemmShape:
 
     @property
     def flops(self) -> int:
-        return 2 * self.m * self.n * self.k * self.batch
+        return gemm_flops(self.m, self.n, self.k, self.batch)
 
 
 def matrix(rows: int, cols: int, s_row: int, s_col: int, offset: int = 0, batch_stride: int = 0) -> Operand:

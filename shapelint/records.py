@@ -49,6 +49,11 @@ TORCH_DTYPE_NAMES: dict[str, str] = {
 }
 
 
+def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> int:
+    """A GEMM's FLOPs: a multiply and an add per (m, n, k) point."""
+    return 2 * m * n * k * batch
+
+
 @dataclass(frozen=True)
 class Operand:
     """How one GEMM operand (or the output) lies in memory, as cuBLAS would see it.
@@ -171,7 +176,7 @@ class Gemm:
 
     @property
     def flops(self) -> int:
-        return 2 * self.m * self.n * self.k * self.batch
+        return gemm_flops(self.m, self.n, self.k, self.batch)
 
     @property
     def dtype_bytes(self) -> int:

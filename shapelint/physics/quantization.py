@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from shapelint.hardware import Hardware, ceil_div
-from shapelint.records import Gemm
+from shapelint.records import Gemm, gemm_flops
 
 Cause = Literal["tile", "wave"]
 
@@ -55,7 +55,7 @@ def shape_waste(shapes: Iterable[tuple[int, int, int, int]], hw: Hardware, cause
     """:func:`waste` of GEMMs given as (m, n, k, batch)."""
     useful = spent = 0.0
     for m, n, k, batch in shapes:
-        flops = 2 * m * n * k * batch
+        flops = gemm_flops(m, n, k, batch)
         useful += flops
         spent += flops / quantization(m, n, batch, hw).efficiency(cause)
     return 1 - useful / spent if spent else 0.0
