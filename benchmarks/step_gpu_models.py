@@ -86,6 +86,29 @@ SECTIONS: dict[str, dict] = {
         "base_vocab": 151936,
         "variants": {"published": ({}, "hf")},
     },
+    # held out (issue 10): in neither tests/corpus nor the step measurements the step
+    # model's constants came from; only benchmarks/verify_step.py runs them
+    "smollm": {
+        "auto": "causal",
+        # HuggingFaceTB/SmolLM-135M
+        "config": {"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
+                   "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+                   "vocab_size": 49152, "max_position_embeddings": 2048, "rope_theta": 10000.0,
+                   "rms_norm_eps": 1e-5, "tie_word_embeddings": True, "hidden_act": "silu"},
+        "base_vocab": 49152,
+        "variants": {"published": ({}, "hf")},
+    },
+    "opt350": {
+        "auto": "causal",
+        # facebook/opt-350m: post-LN, 512-wide embeddings projected in and out
+        "config": {"model_type": "opt", "vocab_size": 50272, "hidden_size": 1024,
+                   "num_hidden_layers": 24, "ffn_dim": 4096, "num_attention_heads": 16,
+                   "max_position_embeddings": 2048, "word_embed_proj_dim": 512,
+                   "do_layer_norm_before": False, "dropout": 0.1, "attention_dropout": 0.0,
+                   "activation_function": "relu", "enable_bias": True},
+        "base_vocab": 50272,
+        "variants": {"published": ({}, "hf")},
+    },
 }
 
 # --- groups ---------------------------------------------------------------------------------------

@@ -12,8 +12,10 @@ against after in alternating blocks (see shapelint/verify_step.py).
 Models (the configs of benchmarks/step_gpu_models.py, published hyperparameters):
 GPT-2 small (vocab 50257), BERT-base MLM at 32 x 512 (vocab 30522), a Llama-style
 model (8 layers, hidden 1600, 16 heads of head_dim 100 written as "head_dim": 100 as
-Llama-3 configs do, SwiGLU 4352, vocab 32000, untied), OPT-125m, Qwen2.5-0.5B; batch
-8 x 1024 unless stated.
+Llama-3 configs do, SwiGLU 4352, vocab 32000, untied), OPT-125m, Qwen2.5-0.5B; and two
+held out from everything the step model was built on (neither in tests/corpus nor among
+the measured steps its constants came from): SmolLM-135M and OPT-350m; batch 8 x 1024
+unless stated.
 
     python benchmarks/verify_step.py --out $OUT --models gpt2,bert,llama,opt,qwen2 --modes eager --budget-s 520
     python benchmarks/verify_step.py --device cpu --tiny --out /tmp/vstep     # smoke run, tiny configs
@@ -49,7 +51,8 @@ SCHEMA = "shapelint.verify_step/1"
 
 #: the class shapelint's loader picks from a config's "architectures"
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
-                 "opt": "OPTForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+                 "opt": "OPTForCausalLM", "qwen2": "Qwen2ForCausalLM", "smollm": "LlamaForCausalLM",
+                 "opt350": "OPTForCausalLM"}
 
 #: model -> (section of step_gpu_models, batch, seq, config overrides)
 MODELS: dict[str, tuple[str, int, int, dict[str, Any]]] = {
@@ -58,6 +61,9 @@ MODELS: dict[str, tuple[str, int, int, dict[str, Any]]] = {
     "llama": ("llama", 8, 1024, {"head_dim": 100}),
     "opt": ("opt", 8, 1024, {}),
     "qwen2": ("qwen2", 8, 1024, {}),
+    # held out: not in tests/corpus, not among the steps the step model's constants came from
+    "smollm": ("smollm", 8, 1024, {}),
+    "opt350": ("opt350", 8, 1024, {}),
 }
 MODES = ("eager", "compile")
 
@@ -68,7 +74,8 @@ EST_S: dict[tuple[str, str], float] = {
     ("gpt2", "eager"): 30, ("bert", "eager"): 35, ("llama", "eager"): 30, ("opt", "eager"): 20,
     ("qwen2", "eager"): 35,
     ("gpt2", "compile"): 130, ("bert", "compile"): 120, ("llama", "compile"): 110, ("opt", "compile"): 70,
-    ("qwen2", "compile"): 110,
+    ("qwen2", "compile"): 110, ("smollm", "eager"): 30, ("smollm", "compile"): 100, ("opt350", "eager"): 25,
+    ("opt350", "compile"): 90,
 }
 
 #: --tiny: the same architectures shrunk for a CPU smoke run, the vocabularies kept
@@ -83,6 +90,10 @@ TINY: dict[str, dict[str, Any]] = {
             "ffn_dim": 128, "max_position_embeddings": 64},
     "qwen2": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
               "intermediate_size": 128, "max_position_embeddings": 64},
+    "smollm": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "intermediate_size": 128, "max_position_embeddings": 64},
+    "opt350": {"num_hidden_layers": 1, "hidden_size": 64, "word_embed_proj_dim": 32, "num_attention_heads": 4,
+               "ffn_dim": 128, "max_position_embeddings": 64},
 }
 TINY_BATCH, TINY_SEQ = 2, 32
 
