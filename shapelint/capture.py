@@ -19,7 +19,7 @@ import sysconfig
 import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Iterator, cast
+from typing import Any, Iterator, NamedTuple, cast
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -37,7 +37,7 @@ from shapelint.gemm_shapes import (
     extract,
 )
 from shapelint.physics.attention import EFFICIENT_ALIGN_BYTES, AttentionCall, compiled_call, gpu_kernel
-from shapelint.physics.kernels import kernel_class, read_bytes
+from shapelint.physics.kernels import KernelClass, kernel_class, read_bytes
 from shapelint.records import Gemm, Op, Phase, Role, Source
 from shapelint.traceable import every_layer_runs
 
@@ -107,6 +107,25 @@ class _Owner:
     module: ModuleInfo
     source: Source | None
     param_operand: bool
+
+
+class OpRow(NamedTuple):
+    """One op as the recorder keeps it while the model runs (shapelint.replay copies
+    and compares these); :class:`shapelint.records.Op` is built from it at the end."""
+
+    name: str
+    kclass: KernelClass
+    backward: bool
+    nbytes: int
+    reads: tuple[tuple[int, int], ...]
+    writes: tuple[tuple[int, int], ...]
+    #: how many GEMM records it stands for (a GEMM or attention marker)
+    gemms: int
+    owner: str
+    widest: int
+    strided: bool
+    numel: int
+    out_numel: int
 
 
 @dataclass
@@ -194,7 +213,7 @@ class _Recorder:
         self._kinds: dict[Any, int] = {}
         # the op stream: (name, kernel class, backward, bytes, reads, writes, gemm count, owner,
         # element bytes, strided)
-        self.ops: list[tuple[Any, ...]] = []
+        self.ops: list[OpRow] = []
         self._serials: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
         self._next_serial = 0
         #: set while shapelint.replay runs ops of its own (its marks, a replayed layer's outputs)
@@ -293,8 +312,9 @@ class _Recorder:
         strided = kclass in ("copy", "pointwise") and any(not t.is_contiguous() for t in ins + outs if t.dim() > 1)
         backward = not self.stack and torch._C._current_autograd_node() is not None
         owner = self.stack[-1].path if self.stack else ""
-        shape = _iteration(kclass, ins, outs)
-        self.ops.append((name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided, shape))
+        numel, out_numel = _iteration(kclass, ins, outs)
+        self.ops.append(OpRow(name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided, numel,
+                              out_numel))
 
     # -- every op ----------------------------------------------------------
     def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
@@ -692,7 +712,7 @@ def capture(
     the records a full trace gives, the model is traced again in full."""
     if not (training and replay):
         if replay:
-            _replay.STATS.__dict__.update(vars(_replay.Stats()))
+            _replay.STATS.reset()
         return _capture(model, inputs, precision, training, defined_at, replay=False)
     grads = _grads(model, inputs)
     try:
@@ -777,10 +797,11 @@ def _capture(model: torch.nn.Module, inputs: Any, precision: str, training: bool
             )
         )
     ops, first = [], 0
-    for i, (name, kclass, backward, nbytes, reads, writes, count, owner, widest, strided, shape) in enumerate(rec.ops):
-        indices = tuple(range(first, first + count)) if kclass in ("gemm", "attention") else ()
+    for i, row in enumerate(rec.ops):
+        indices = tuple(range(first, first + row.gemms)) if row.kclass in ("gemm", "attention") else ()
         first += len(indices)
-        ops.append(Op(i, name, kclass, backward, nbytes, reads, writes, indices, owner, widest, strided, *shape))
+        ops.append(Op(i, row.name, row.kclass, row.backward, row.nbytes, row.reads, row.writes, indices, row.owner,
+                      row.widest, row.strided, row.numel, row.out_numel))
     params = tuple((p.numel(), p.element_size()) for p in model.parameters() if p.requires_grad)
     return Capture(gemms, training, precision, ops=ops, params=params)
 

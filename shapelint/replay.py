@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from shapelint.capture import ModuleInfo, _Owner, _Recorder
+    from shapelint.capture import ModuleInfo, OpRow, _Owner, _Recorder
 
 #: fewest members of one class (and of one fingerprint) that make a stack worth replaying
 MIN_LAYERS = 3
@@ -83,6 +83,10 @@ class Stats:
     fell_back: str = ""
     #: why a group or a call was not replayed (each reason once)
     declined: list[str] = field(default_factory=list)
+
+    def reset(self) -> None:
+        """A fresh account (one per capture)."""
+        self.__dict__.update(vars(Stats()))
 
     def decline(self, why: str) -> None:
         if why not in self.declined:
@@ -410,7 +414,7 @@ class Replayer:
         from shapelint.capture import user_frame_source  # (capture imports this module)
 
         self._call_site = user_frame_source
-        STATS.__dict__.update(vars(Stats()))  # a fresh account per capture
+        STATS.reset()
         if _global_hooks():
             # they would run for every submodule of a layer that a replay skips
             STATS.decline("global module hooks are set")
@@ -660,16 +664,15 @@ class Replayer:
 
         return serial
 
-    def _copy_ops(self, t: _Call, m: _Member, serial: Callable[[int], int], ops: list[tuple[Any, ...]]
-                  ) -> list[tuple[Any, ...]]:
+    def _copy_ops(self, t: _Call, m: _Member, serial: Callable[[int], int], ops: list[OpRow]) -> list[OpRow]:
         names: dict[str, str] = {}
         out = []
-        for name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided, shape in ops:
-            renamed = names.get(owner)
+        for op in ops:
+            renamed = names.get(op.owner)
             if renamed is None:
-                renamed = names[owner] = self._rename(owner, t, m) or owner
-            out.append((name, kclass, backward, nbytes, tuple((serial(s), b) for s, b in reads),
-                        tuple((serial(s), b) for s, b in writes), gemms, renamed, widest, strided, shape))
+                renamed = names[op.owner] = self._rename(op.owner, t, m) or op.owner
+            out.append(op._replace(reads=tuple((serial(s), b) for s, b in op.reads),
+                                   writes=tuple((serial(s), b) for s, b in op.writes), owner=renamed))
         return out
 
     def _replay_backward(self, state: _Replayed, x: torch.Tensor, grad: torch.Tensor | None, others: bool
@@ -747,7 +750,7 @@ class Replayer:
             for c, fwd, bwd in inside:
                 if i in fwd or i in bwd:
                     continue
-                for s, _ in op[4] + op[5]:
+                for s, _ in op.reads + op.writes:
                     if c.fwd.has(s) and s != c.outs[0].serial:
                         return f"{op[0]} outside {c.member.path} uses a tensor made inside it"
         return ""
@@ -760,7 +763,7 @@ class Replayer:
             return path[len(src):]
         return ("outside", path)
 
-    def _normal_ops(self, c: _Call, ops: list[tuple[Any, ...]], backward: bool) -> list[tuple[Any, ...]]:
+    def _normal_ops(self, c: _Call, ops: list[OpRow], backward: bool) -> list[OpRow]:
         """The call's ops with serials and owners as the call sees them, to compare two calls."""
         tokens: dict[int, str] = {c.x_serial: "input"}
         if backward:
@@ -776,9 +779,9 @@ class Replayer:
                 return ("bwd", s - bwd.serial0)
             return s
 
-        return [(name, kclass, bw, nbytes, tuple((norm(s), b) for s, b in reads),
-                 tuple((norm(s), b) for s, b in writes), gemms, self._relative(owner, c), widest, strided, shape)
-                for name, kclass, bw, nbytes, reads, writes, gemms, owner, widest, strided, shape in ops]
+        return [op._replace(reads=tuple((norm(s), b) for s, b in op.reads),
+                            writes=tuple((norm(s), b) for s, b in op.writes), owner=self._relative(op.owner, c))
+                for op in ops]
 
     def _normal_shapes(self, c: _Call, shapes: list[tuple[Any, ...]]) -> list[tuple[Any, ...]] | None:
         """The call's GEMM records with owners relative to it; None if it recomputed anything."""
@@ -828,7 +831,7 @@ class Replayer:
         rec = self.rec
         shapes, ops = rec.shapes, rec.ops
         new_shapes: list[tuple[Any, ...]] = []
-        new_ops: list[tuple[Any, ...]] = []
+        new_ops: list[OpRow] = []
         si = oi = 0
         for r in self.placeholders:
             t = r.template
