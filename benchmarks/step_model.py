@@ -46,7 +46,7 @@ def estimate(record: dict, hw: hardware.Hardware) -> float:
         with loaded.fake_mode:
             inputs = to_precision(loaded.model, loaded.inputs, "bf16")
             cap = capture(loaded.model, inputs, precision="bf16", training=True, defined_at=loaded.defined_at)
-    step = Step(cap.gemms, cap.ops, cap.params)
+    step = Step(cap.gemms, cap.ops, cap.params, syncs=cap.syncs)
     extra = 0.0
     if record.get("loss_mode") == "slice":
         base = int(record.get("base_vocab") or _base_vocab(record))

@@ -140,6 +140,8 @@ class Capture:
     ops: list[Op] = field(default_factory=list)
     #: parameter tensors that require grad: (element count, bytes per element) each
     params: tuple[tuple[int, int], ...] = ()
+    #: positions in ``ops`` where an eager step's host reads a value from the GPU
+    syncs: tuple[int, ...] = ()
 
     @property
     def forward(self) -> int:
@@ -214,6 +216,8 @@ class _Recorder:
         # the op stream: (name, kernel class, backward, bytes, reads, writes, gemm count, owner,
         # element bytes, strided)
         self.ops: list[OpRow] = []
+        #: positions in ``ops`` where the host reads a value from the GPU (note_host_sync)
+        self.syncs: list[int] = []
         self._serials: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
         self._next_serial = 0
         #: set while shapelint.replay runs ops of its own (its marks, a replayed layer's outputs)
@@ -426,18 +430,34 @@ class _RecorderMode(TorchDispatchMode):
         return out
 
 
+_recorder: ContextVar[_Recorder | None] = ContextVar("_recorder", default=None)
+
+
+def note_host_sync() -> None:
+    """The step running reads a value from the GPU on the host here, in eager mode (on
+    fake tensors the code cannot, so the loader tells capture where it would): the
+    host waits for every kernel issued before (``shapelint.price.step.serialised_ms``)."""
+    rec = _recorder.get()
+    if rec is not None and not rec.paused:
+        rec.syncs.append(len(rec.ops))
+
+
 @contextlib.contextmanager
 def _recording(rec: _Recorder, model: torch.nn.Module) -> Iterator[None]:
+    token = _recorder.set(rec)
     mode = next((getattr(p, "fake_mode", None) for p in model.parameters()), None)
-    if isinstance(mode, RecordingFakeMode):
-        mode.recorder = rec
-        try:
-            yield
-        finally:
-            mode.recorder = None
-    else:
-        with _RecorderMode(rec):
-            yield
+    try:
+        if isinstance(mode, RecordingFakeMode):
+            mode.recorder = rec
+            try:
+                yield
+            finally:
+                mode.recorder = None
+        else:
+            with _RecorderMode(rec):
+                yield
+    finally:
+        _recorder.reset(token)
 
 
 @contextlib.contextmanager
@@ -803,7 +823,7 @@ def _capture(model: torch.nn.Module, inputs: Any, precision: str, training: bool
         ops.append(Op(i, row.name, row.kclass, row.backward, row.nbytes, row.reads, row.writes, indices, row.owner,
                       row.widest, row.strided, row.numel, row.out_numel))
     params = tuple((p.numel(), p.element_size()) for p in model.parameters() if p.requires_grad)
-    return Capture(gemms, training, precision, ops=ops, params=params)
+    return Capture(gemms, training, precision, ops=ops, params=params, syncs=tuple(rec.syncs))
 
 
 def _autocast(precision: str) -> Any:

@@ -833,6 +833,7 @@ class Replayer:
         new_shapes: list[tuple[Any, ...]] = []
         new_ops: list[OpRow] = []
         si = oi = 0
+        inserted: list[tuple[int, int]] = []  # (placeholder position, ops put there)
         for r in self.placeholders:
             t = r.template
             assert r.placeholder is not None and t.bwd is not None
@@ -847,10 +848,12 @@ class Replayer:
             serial = self._serial_map(t, r, backward=True, fresh=rec._next_serial)
             rec._next_serial += t.bwd.made
             new_ops += self._copy_ops(t, r.member, serial, ops[t.bwd.op0:t.bwd.op1])
+            inserted.append((op, t.bwd.op1 - t.bwd.op0))
         new_shapes += shapes[si:]
         new_ops += ops[oi:]
         rec.shapes[:] = new_shapes  # type: ignore[assignment]
         rec.ops[:] = new_ops
+        rec.syncs[:] = [p + sum(n for at, n in inserted if at <= p) for p in rec.syncs]
         # parameters the template's backward left without a gradient have none in a full trace either
         for r in self.replays:
             tparams = dict(r.template.member.module.named_parameters())

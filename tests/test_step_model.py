@@ -28,6 +28,7 @@ from shapelint.price.step import (
     op_ms,
     optimizer_ms,
     pad_mm_padded,
+    serialised_ms,
     slice_ms,
     step_time,
 )
@@ -127,7 +128,44 @@ def test_eager_step_is_the_larger_of_gpu_and_host_time() -> None:
     assert t.ms == max(t.gpu_ms, t.host_ms) and t.bound == "host"  # 2 MB kernels: 0.7 us each on an H100
     compiled = step_time(st, H100, "compile")
     assert compiled.kernels == 1  # ten independent pointwise ops in one pass: one fused kernel
-    assert math.isclose(dict(compiled.by_class)["fused"], memory_kernel_ms(20 * MB, 0.88, H100))
+    assert math.isclose(dict(compiled.by_class)["fused"], memory_kernel_ms(20 * MB, H100.step.elementwise_efficiency, H100))
+
+
+def test_a_host_read_serialises_the_eager_step() -> None:
+    # (kernel ms, kernels) in issue order, 1 ms of host per kernel, no gap; one long kernel
+    issued = [(0.01, 1), (5.0, 1), (0.01, 1), (0.01, 1)]
+    # no read: the host runs ahead across steps, the step is the larger of 5.03 and 4
+    # read before op 2: the cycle is 2, 3, 0, 1 from an idle GPU; op 1 (5 ms) starts when
+    # the host issues it at 4 ms, and the next step's read waits for it: 9 ms
+    assert serialised_ms(issued, (2,), 1000.0, 0.0) == pytest.approx(9.0)
+    # a second read before op 2 waits for op 1: 0 → 1.01, 1 → 7.0, wait, 2 → 8.01, 3 → 9.01
+    assert serialised_ms(issued, (0, 2), 1000.0, 0.0) == pytest.approx(9.01)
+    assert serialised_ms(issued, (0,), 1000.0, 0.0) == pytest.approx(7.02)
+
+
+def test_transformers_packed_sequence_check_is_a_host_read(tmp_path) -> None:
+    # transformers >= 5 reads `(position ids are packed).all()` on the host in a causal LM's
+    # forward without a mask (measured on an H100: GPT-2 8x1024 72.3 ms with it, 64.8 without)
+    configs = {"gpt2": {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 128,
+                        "architectures": ["GPT2LMHeadModel"]},
+               "bert": {"model_type": "bert", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                        "intermediate_size": 128, "vocab_size": 128, "architectures": ["BertForMaskedLM"]}}
+    for name, cfg in configs.items():
+        path = tmp_path / name / "config.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(cfg))
+        loaded = load(path, batch=2, seq=64)
+        with loaded.fake_mode:
+            cap = capture(loaded.model, to_precision(loaded.model, loaded.inputs, "bf16"), precision="bf16")
+        step = Step(cap.gemms, cap.ops, cap.params, syncs=cap.syncs)
+        eager, compiled = step_time(step, H100, "eager"), step_time(step, H100, "compile")
+        if name == "bert":
+            assert cap.syncs == () and eager.syncs == 0
+            continue
+        (at,) = cap.syncs  # after the embeddings (gathers, their sum), before the first layer's work
+        assert at > 0 and not any(o.backward or o.kind in ("gemm", "attention") for o in cap.ops[:at])
+        assert (eager.syncs, compiled.syncs) == (1, 0)  # compiled code reads nothing on the host
+        assert eager.ms >= max(eager.gpu_ms, eager.host_ms)
 
 
 def test_optimizer_bytes_and_launches() -> None:
@@ -181,13 +219,15 @@ def test_gpt2_config_step_eager_and_compiled(examples, capsys: pytest.CaptureFix
     (fe,), (fc,) = eager["findings"], compiled["findings"]
     # the GEMM numbers are the same in both modes; the step saving is not
     assert fe["est_speedup"] == fc["est_speedup"] > 5
-    # measured on an H100: eager 66.0 -> 54.6 ms (1.21x), compiled 1.06-1.12x
+    # measured on an H100: eager 66.0 -> 54.6 ms (1.21x), compiled 1.06-1.14x (kernel sums 1.15x)
     s = eager["summary"]
     assert 50 < s["step_ms"] < 80 and 1.12 < s["step_speedup"] < 1.32
     assert math.isclose(fe["step_ms_saved"], s["step_ms"] - s["step_ms_after"], rel_tol=1e-3)
     c = compiled["summary"]
-    assert c["step_ms"] < s["step_ms"] and 1.0 < c["step_speedup"] < 1.15
-    assert "pad_mm" in fc["step_note"] and fc["step_ms_saved"] < fe["step_ms_saved"] / 3
+    assert c["step_ms"] < s["step_ms"] and 1.0 < c["step_speedup"] < 1.2
+    # pad_mm pads the forward and input-gradient GEMMs; the weight gradient's transposed pad
+    # copy costs more than it saves, and the profiler showed that GEMM unpadded (4.28 ms)
+    assert "pad_mm pads 2 of these 3 GEMMs" in fc["step_note"] and fc["step_ms_saved"] < fe["step_ms_saved"] / 2
     # GEMM-only keys are unchanged and say so
     assert s["est_scope"] == "GEMMs only" and s["est_speedup"] > 2
 

@@ -18,7 +18,10 @@ and its ``step`` table):
                       in ceil(tensors / 36) or ceil(elements / (65536 · 320)) launches
     GPU time          kernel time + kernels · kernel_gap_us
     host time         kernels · host_us_per_kernel   (the CPU issuing the step)
-    step              max(GPU time, host time)
+    step              max(GPU time, host time); in eager mode, where the host reads a
+                      value from the GPU inside the step (transformers' packed-sequence
+                      check in a causal LM's forward), the timeline of host and GPU
+                      through those waits (``serialised_ms``)
 
 **torch.compile** (Inductor, default mode; read from ``torch/_inductor/fx_passes/
 pad_mm.py``, ``ir.py`` and ``choices.py`` of torch 2.11–2.13): the memory-bound ops
@@ -92,6 +95,8 @@ class StepTime:
     mode: Mode
     #: kernel time per class (gemm, attention, pointwise, reduction, copy, fill, fused, optimizer)
     by_class: tuple[tuple[str, float], ...] = ()
+    #: times the host waits for the GPU inside the step (eager: a value read on the host)
+    syncs: int = 0
 
     @property
     def bound(self) -> str:
@@ -105,7 +110,7 @@ class StepTime:
         return {
             "step_ms": round(self.ms, 4), "gpu_ms": round(self.gpu_ms, 4), "host_ms": round(self.host_ms, 4),
             "gemm_ms": round(self.gemm_ms, 4), "kernels": self.kernels, "mode": self.mode, "bound": self.bound,
-            "by_class": {k: round(v, 4) for k, v in self.by_class},
+            "by_class": {k: round(v, 4) for k, v in self.by_class}, "host_syncs": self.syncs,
         }
 
 
@@ -118,6 +123,9 @@ class Step:
     #: (element count, bytes per element) of each trained parameter
     params: Sequence[tuple[int, int]]
     training: bool = True
+    #: positions in ``ops`` before which an eager step's host reads a value from the GPU
+    #: (``shapelint.capture.note_host_sync``), waiting for every kernel issued before
+    syncs: tuple[int, ...] = ()
 
     @cached_property
     def regions(self) -> list[Fused]:
@@ -359,9 +367,12 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
     after-times); ``extra_ms`` adds GPU time (a change's side costs)."""
     gemm_times = gemm_times or {}
     classes: dict[str, float] = {}
+    #: (kernel ms, kernels) in the order the host issues them (eager: one entry per op)
+    issued: list[tuple[float, int]] = []
 
-    def add(kind: str, ms: float) -> None:
+    def add(kind: str, ms: float, launched: int) -> None:
         classes[kind] = classes.get(kind, 0.0) + ms
+        issued.append((ms, launched))
 
     def record_ms(i: int) -> float:
         if i in gemm_times:
@@ -369,38 +380,55 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
         g = step.gemms[i]
         return compiled_gemm_ms(g, hw) if mode == "compile" else gemm_ms(g, hw)
 
-    kernels = 0
     for op in step.ops:
         if op.kind == "attention" and op.gemms:
-            ms, launched = attention_ms([step.gemms[i] for i in op.gemms], hw, mode, gemm_times)
-            add("attention", ms)
-            kernels += launched
+            add("attention", *attention_ms([step.gemms[i] for i in op.gemms], hw, mode, gemm_times))
         elif op.kind in ("gemm", "attention"):
-            add(op.kind, sum(record_ms(i) for i in op.gemms) if op.gemms else hw.min_gemm_us * 1e-3)
-            kernels += 1
+            add(op.kind, sum(record_ms(i) for i in op.gemms) if op.gemms else hw.min_gemm_us * 1e-3, 1)
         elif mode == "eager":
-            add(op.kind, op_ms(op, hw))
-            kernels += 1
+            add(op.kind, op_ms(op, hw), 1)
+        else:
+            issued.append((0.0, 0))  # fused into the regions below; keeps positions for syncs
     if mode == "compile":
         for region in step.regions:
             launched = region.kernels(hw)
-            ms = max(memory_kernel_ms(region.bytes, hw.step.elementwise_efficiency, hw),
-                     launched * hw.step.min_kernel_us * 1e-3)
-            add("fused", ms)
-            kernels += launched
+            add("fused", max(memory_kernel_ms(region.bytes, hw.step.elementwise_efficiency, hw),
+                             launched * hw.step.min_kernel_us * 1e-3), launched)
     if step.training:
         opt_ms, launches = optimizer_ms(step.params, optimizer, hw)
         if launches:
-            add("optimizer", opt_ms)
-            kernels += launches
+            add("optimizer", opt_ms, launches)
     if extra_ms:
-        add("side", extra_ms)
+        add("side", extra_ms, 0)
+    kernels = sum(n for _, n in issued)
     kernel_ms = sum(classes.values())
     gpu = kernel_ms + kernels * hw.step.kernel_gap_us * 1e-3
     per_kernel = hw.step.compile_host_us_per_kernel if mode == "compile" else hw.step.host_us_per_kernel
     host = kernels * per_kernel * 1e-3
+    ms = max(gpu, host)
+    syncs = step.syncs if mode == "eager" else ()
+    if syncs:
+        ms = serialised_ms(issued, syncs, per_kernel, hw.step.kernel_gap_us)
     gemm = classes.get("gemm", 0.0) + classes.get("attention", 0.0)
-    return StepTime(max(gpu, host), gpu, host, gemm, kernels, mode, tuple(sorted(classes.items())))
+    return StepTime(ms, gpu, host, gemm, kernels, mode, tuple(sorted(classes.items())), len(syncs))
+
+
+def serialised_ms(issued: Sequence[tuple[float, int]], syncs: Sequence[int], host_us: float, gap_us: float) -> float:
+    """A step whose host reads the GPU at ``syncs`` (positions in ``issued``, the
+    (kernel ms, kernels) the host issues in order): in a loop of such steps the host
+    waits at each sync until the GPU has run everything issued, and then the GPU waits
+    for the host to issue the next kernel. The step runs from its first sync to the
+    next step's: the ops before it belong to the next step's cycle."""
+    first = syncs[0]
+    waits = set(syncs) - {first}
+    host = gpu = 0.0
+    for i in [*range(first, len(issued)), *range(first)]:
+        if i in waits:
+            host = max(host, gpu)
+        ms, n = issued[i]
+        host += n * host_us * 1e-3
+        gpu = max(gpu, host) + ms + n * gap_us * 1e-3
+    return max(host, gpu)
 
 
 # -- side costs of a change ---------------------------------------------------------------
@@ -430,4 +458,4 @@ def side_ms(slices: Iterable[Slice], hw: Hardware, mode: Mode, training: bool) -
 
 
 __all__ = ["MODES", "Mode", "Step", "StepTime", "attention_ms", "compiled_gemm_ms", "fused_regions", "op_ms", "optimizer_ms",
-           "pad_mm_padded", "side_ms", "slice_ms", "step_time"]
+           "pad_mm_padded", "serialised_ms", "side_ms", "slice_ms", "step_time"]
