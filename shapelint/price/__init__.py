@@ -112,8 +112,10 @@ class StepModel:
         after = self.after([f])
         gpu_saved = self.before.gpu_ms - after.gpu_ms
         note = ""
-        if self.mode == "compile" and any(pad_mm_padded(self.step.gemms[i], self.hw) for i in f.gemms):
-            note = "under torch.compile, Inductor's pad_mm pads these GEMMs itself; this is what remains"
+        padded = sum(1 for i in f.gemms if pad_mm_padded(self.step.gemms[i], self.hw))
+        if self.mode == "compile" and padded:
+            which = "these GEMMs" if padded == len(f.gemms) else f"{padded} of these {len(f.gemms)} GEMMs"
+            note = f"under torch.compile, Inductor's pad_mm pads {which} itself; this is what remains"
         elif self.mode == "compile" and any(dict(self.step.gemms[i].extra).get("compiled") == "math" for i in f.gemms):
             note = ("under torch.compile, transformers passes this attention a mask and PyTorch runs its math "
                     "kernel (fp32 scores in memory); after the change a fused kernel takes the mask")
