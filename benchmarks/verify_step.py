@@ -191,13 +191,24 @@ def run_one(model: str, mode: str, args: argparse.Namespace, folder: Path) -> di
     verify_s = time.monotonic() - t
     for line in verify_step.report_lines(v):
         log("  " + line)
+    this_host = None
+    if args.host_us and r.step_model is not None:  # the same estimate at this machine's host rate
+        from dataclasses import replace
+
+        from shapelint.price.step import step_time
+
+        sm = r.step_model
+        rated = replace(hw, step=replace(hw.step, host_us_per_kernel=args.host_us[0],
+                                         compile_host_us_per_kernel=args.host_us[1] or hw.step.compile_host_us_per_kernel))
+        this_host = round(step_time(sm.step, rated, sm.mode, sm.optimizer).ms, 3)
+        log(f"  est. at this host's rate ({args.host_us} us/kernel): {this_host:.1f} ms")
     return {"model": model, "mode": mode, "batch": batch, "seq": seq, "tokens": r.tokens, "profile": hw.key,
             "precision": r.precision, "config": cfg, "lint_s": round(lint_s, 1), "verify_s": round(verify_s, 1),
             "findings": [{"code": f.code, "module": f.module, "suggestion": f.suggestion.to_json() if f.suggestion
                           else None, "step_ms_saved": f.step_ms_saved} for f in r.findings],
             "step": r.step_time.to_json() if r.step_time else None,
             "step_after": r.step_time_after.to_json() if r.step_time_after else None,
-            "step_verification": v}
+            "step_verification": v, "est_ms_this_host": this_host}
 
 
 def _f(x: Any, fmt: str) -> str:
@@ -208,14 +219,18 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.1f}%"
 
 
+def _error(est: float | None, measured: float | None) -> float | None:
+    return est / measured - 1 if est and measured else None
+
+
 def table(doc: dict[str, Any]) -> str:
     env = doc.get("env", {})
     out = [f"{env.get('gpu') or env.get('device')} | driver {env.get('driver')} | torch {env.get('torch')} | "
            f"transformers {env.get('transformers')} | {env.get('date_utc') or env.get('date')}",
            "",
            "| model | mode | batch×seq | applied | est. ms | est. ms after | measured ms | measured ms after "
-           "| est. × | measured × | abs. error | speedup error | confirmed |",
-           "|" + "---|" * 13]
+           "| est. × | measured × | abs. error | speedup error | confirmed | est. ms at this host | its error |",
+           "|" + "---|" * 15]
     notes = []
     for rec in doc.get("records", []):
         v = rec["step_verification"]
@@ -224,12 +239,14 @@ def table(doc: dict[str, Any]) -> str:
         confirmed = {True: "yes", False: "no", None: "-"}[v.get("confirmed")]
         abs_err = v.get("est_error")
         sp_err = v.get("speedup_error")
+        here = rec.get("est_ms_this_host")
         out.append(f"| {rec['model']} | {rec['mode']} | {rec['batch']}×{rec['seq']} | {applied} "
                    f"| {_f(v['est_ms'], '.1f')} | {_f(v['est_ms_after'] if v.get('measured_ms_after') else None, '.1f')} "
                    f"| {_f(v['measured_ms'], '.1f')} | {_f(v.get('measured_ms_after'), '.1f')} "
                    f"| {_f(v['est_speedup'] if v.get('measured_speedup') else None, '.3f')} "
                    f"| {_f(v.get('measured_speedup'), '.3f')} "
-                   f"| {_pct(abs_err)} | {_pct(sp_err)} | {confirmed} |")
+                   f"| {_pct(abs_err)} | {_pct(sp_err)} | {confirmed} "
+                   f"| {_f(here, '.1f')} | {_pct(_error(here, v['measured_ms']))} |")
         notes += [f"{rec['model']} {rec['mode']}: not applied: {n['code']} {n['suggestion']}: {n['reason']}"
                   for n in v.get("not_applied", [])]
     out += notes
@@ -256,6 +273,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, help="alternating blocks per variant (default 5; --tiny on the CPU: 2)")
     ap.add_argument("--steps", type=int, help="steps per block (default 10; --tiny on the CPU: 2)")
     ap.add_argument("--warmup", type=int, help="untimed steps after the first (default 3; --tiny on the CPU: 1)")
+    ap.add_argument("--host-probe", action="store_true",
+                    help="measure this machine's host time per kernel first (shapelint calibrate's probe) and "
+                         "give each estimate at that rate too")
     ap.add_argument("--table", nargs="+", metavar="FILE", help="print the table of saved result files and exit")
     args = ap.parse_args()
     if args.table:
@@ -287,6 +307,13 @@ def main() -> int:
     importable_rules()
     env = environment(args.device)
     log("env:", json.dumps({k: v for k, v in env.items() if k != "nvidia_smi"}))
+    args.host_us = None
+    if args.host_probe and args.device == "cuda":
+        from shapelint.calibrate import host_us_per_kernel
+
+        args.host_us = (host_us_per_kernel(False), host_us_per_kernel(True) if "compile" in modes else None)
+        env["host_us_per_kernel"], env["compile_host_us_per_kernel"] = args.host_us
+        log(f"host probe: {args.host_us} us per kernel (eager, compiled)")
     res = Results(out / "verify_step.json", env, sys.argv[1:])
     deadline = T0 + args.budget_s
     scale = 0.05 if args.tiny else 1.0
