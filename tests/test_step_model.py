@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from shapelint.rules import sl301_attention_head_dim as sl301
 from torch import nn
 
 from shapelint import hardware
-from shapelint.capture import AUTOCAST_PRECISIONS, capture, compile_builds_mask, to_precision
+from shapelint.capture import AUTOCAST_PRECISIONS, Capture, capture, compile_builds_mask, to_precision
 from shapelint.load import load
 from shapelint.physics.attention import AttentionCall, compiled_call, gpu_kernel, math_kernel
 from shapelint.pipeline import trace
@@ -131,6 +132,16 @@ def test_eager_step_is_the_larger_of_gpu_and_host_time() -> None:
     assert math.isclose(dict(compiled.by_class)["fused"], memory_kernel_ms(20 * MB, H100.step.elementwise_efficiency, H100))
 
 
+def _hf_capture(folder: Path, cfg: dict[str, object]) -> Capture:
+    """The bf16 training step of a Hugging Face config written to ``folder``, at 2 x 64 tokens."""
+    path = folder / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    loaded = load(path, batch=2, seq=64)
+    with loaded.fake_mode:
+        return capture(loaded.model, to_precision(loaded.model, loaded.inputs, "bf16"), precision="bf16")
+
+
 def test_a_host_read_serialises_the_eager_step() -> None:
     # (kernel ms, kernels) in issue order, 1 ms of host per kernel, no gap; one long kernel
     issued = [(0.01, 1), (5.0, 1), (0.01, 1), (0.01, 1)]
@@ -151,12 +162,7 @@ def test_transformers_packed_sequence_check_is_a_host_read(tmp_path) -> None:
                "bert": {"model_type": "bert", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                         "intermediate_size": 128, "vocab_size": 128, "architectures": ["BertForMaskedLM"]}}
     for name, cfg in configs.items():
-        path = tmp_path / name / "config.json"
-        path.parent.mkdir()
-        path.write_text(json.dumps(cfg))
-        loaded = load(path, batch=2, seq=64)
-        with loaded.fake_mode:
-            cap = capture(loaded.model, to_precision(loaded.model, loaded.inputs, "bf16"), precision="bf16")
+        cap = _hf_capture(tmp_path / name, cfg)
         step = Step(cap.gemms, cap.ops, cap.params, syncs=cap.syncs)
         eager, compiled = step_time(step, H100, "eager"), step_time(step, H100, "compile")
         if name == "bert":
@@ -309,12 +315,7 @@ def test_hugging_face_masks_under_compile(tmp_path) -> None:
                         "intermediate_size": 128, "vocab_size": 128, "architectures": ["BertForMaskedLM"]}}
     kernels = {}
     for name, cfg in configs.items():
-        path = tmp_path / name / "config.json"
-        path.parent.mkdir()
-        path.write_text(json.dumps(cfg))
-        loaded = load(path, batch=2, seq=64)
-        with loaded.fake_mode:
-            cap = capture(loaded.model, to_precision(loaded.model, loaded.inputs, "bf16"), precision="bf16")
+        cap = _hf_capture(tmp_path / name, cfg)
         kernels[name] = {(dict(g.extra)["kernel"], dict(g.extra).get("compiled")) for g in cap.gemms
                          if g.op.startswith("sdpa.")}
     # eager: no mask (is_causal / none), as on a GPU; compiled: transformers builds one (GPT-2:
