@@ -27,13 +27,12 @@ import json
 import statistics
 import sys
 import time
-import traceback
-import warnings
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from step_gpu import sync_stacks  # noqa: E402
 from step_gpu_models import SECTIONS  # noqa: E402
 
 VARIANTS = ("as_is", "no_mask_sync")
@@ -95,24 +94,7 @@ def main() -> None:
             gpu = [e for e in prof.events() if e.device_time > 0]
             info[v]["kernels"] = len(gpu)
             info[v]["kernel_ms"] = round(sum(e.device_time for e in gpu) / 1e3, 3)
-            stacks: list[list[str]] = []
-            shown = warnings.showwarning
-
-            def keep(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-                if "synchroniz" in str(message).lower():
-                    stacks.append([f"{f.filename.split('site-packages/')[-1]}:{f.lineno} {f.line}"
-                                   for f in traceback.extract_stack()[:-2] if "site-packages" in f.filename][-4:])
-
-            warnings.showwarning = keep
-            with warnings.catch_warnings():
-                warnings.simplefilter("always")
-                torch.cuda.set_sync_debug_mode("warn")
-                try:
-                    step()
-                finally:
-                    torch.cuda.set_sync_debug_mode("default")
-            warnings.showwarning = shown
-            info[v]["syncs"] = stacks
+            info[v]["syncs"] = sync_stacks(torch, step)
         for _ in range(args.blocks):
             for v in VARIANTS:
                 use(v)

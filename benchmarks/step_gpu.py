@@ -341,18 +341,32 @@ def parse_trace(path: Path) -> dict:
     }
 
 
-def count_syncs(torch, step, device) -> int | None:
-    if device != "cuda":
-        return None
-    with warnings.catch_warnings(record=True) as w:
+def sync_stacks(torch, step) -> list[list[str]]:
+    """The synchronising calls of one ``step()`` (``torch.cuda.set_sync_debug_mode("warn")``):
+    for each, the last four site-packages frames that made it."""
+    import traceback
+
+    stacks: list[list[str]] = []
+
+    def keep(message, category, filename, lineno, file=None, line=None) -> None:
+        if "synchroniz" in str(message).lower():
+            stacks.append([f"{f.filename.split('site-packages/')[-1]}:{f.lineno} {f.line}"
+                           for f in traceback.extract_stack()[:-2] if "site-packages" in f.filename][-4:])
+
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
+        warnings.showwarning = keep
         torch.cuda.set_sync_debug_mode("warn")
         try:
             step()
         finally:
             torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
-    return sum(1 for x in w if "synchroniz" in str(x.message).lower())
+    return stacks
+
+
+def count_syncs(torch, step, device) -> int | None:
+    return len(sync_stacks(torch, step)) if device == "cuda" else None
 
 
 def _graph_breaks(torch) -> dict:
