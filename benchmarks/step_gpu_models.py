@@ -21,6 +21,7 @@ from __future__ import annotations
 
 SECTIONS: dict[str, dict] = {
     "gpt2": {
+        "architecture": "GPT2LMHeadModel",
         "auto": "causal",
         # the published `gpt2` config (GPT2Config() defaults: n_layer 12, n_embd 768, n_head 12,
         # n_positions 1024, gelu_new, dropout 0.1 everywhere, tied embeddings)
@@ -36,6 +37,7 @@ SECTIONS: dict[str, dict] = {
         },
     },
     "bert": {
+        "architecture": "BertForMaskedLM",
         "auto": "masked",
         # bert-base-uncased: BertConfig() defaults (vocab 30522, 768, 12 layers, 12 heads, 3072,
         # 512 positions, dropout 0.1)
@@ -49,6 +51,7 @@ SECTIONS: dict[str, dict] = {
         },
     },
     "llama": {
+        "architecture": "LlamaForCausalLM",
         "auto": "causal",
         # a Llama-style model (not a published size): 8 layers, 16 heads of 100, SwiGLU 4352
         # (a multiple of 256), vocab 32000, untied head
@@ -65,6 +68,7 @@ SECTIONS: dict[str, dict] = {
         },
     },
     "opt": {
+        "architecture": "OPTForCausalLM",
         "auto": "causal",
         # facebook/opt-125m
         "config": {"model_type": "opt", "vocab_size": 50272, "hidden_size": 768,
@@ -76,6 +80,7 @@ SECTIONS: dict[str, dict] = {
         "variants": {"published": ({}, "hf")},
     },
     "qwen2": {
+        "architecture": "Qwen2ForCausalLM",
         "auto": "causal",
         # Qwen/Qwen2.5-0.5B
         "config": {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
@@ -89,6 +94,7 @@ SECTIONS: dict[str, dict] = {
     # held out (issue 10): in neither tests/corpus nor the step measurements the step
     # model's constants came from; only benchmarks/verify_step.py runs them
     "smollm": {
+        "architecture": "LlamaForCausalLM",
         "auto": "causal",
         # HuggingFaceTB/SmolLM-135M
         "config": {"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
@@ -99,6 +105,7 @@ SECTIONS: dict[str, dict] = {
         "variants": {"published": ({}, "hf")},
     },
     "opt350": {
+        "architecture": "OPTForCausalLM",
         "auto": "causal",
         # facebook/opt-350m: post-LN, 512-wide embeddings projected in and out
         "config": {"model_type": "opt", "vocab_size": 50272, "hidden_size": 1024,
@@ -107,6 +114,52 @@ SECTIONS: dict[str, dict] = {
                    "do_layer_norm_before": False, "dropout": 0.1, "attention_dropout": 0.0,
                    "activation_function": "relu", "enable_bias": True},
         "base_vocab": 50272,
+        "variants": {"published": ({}, "hf")},
+    },
+    # held out as well, added with the host-time measurements (benchmarks/host_phases.py):
+    # published configs of EleutherAI/pythia-160m, stabilityai/stablelm-2-1_6b,
+    # TinyLlama/TinyLlama-1.1B and microsoft/phi-1_5
+    "pythia160": {
+        "architecture": "GPTNeoXForCausalLM",
+        "auto": "causal",
+        "config": {"model_type": "gpt_neox", "hidden_size": 768, "intermediate_size": 3072,
+                   "num_attention_heads": 12, "num_hidden_layers": 12, "rotary_pct": 0.25,
+                   "rotary_emb_base": 10000, "vocab_size": 50304, "max_position_embeddings": 2048,
+                   "use_parallel_residual": True, "layer_norm_eps": 1e-5, "hidden_act": "gelu",
+                   "tie_word_embeddings": False},
+        "base_vocab": 50304,
+        "variants": {"published": ({}, "hf")},
+    },
+    "stablelm2": {
+        "architecture": "StableLmForCausalLM",
+        "auto": "causal",
+        "config": {"model_type": "stablelm", "hidden_size": 2048, "intermediate_size": 5632,
+                   "num_attention_heads": 32, "num_key_value_heads": 32, "num_hidden_layers": 24,
+                   "partial_rotary_factor": 0.25, "vocab_size": 100352, "max_position_embeddings": 4096,
+                   "layer_norm_eps": 1e-5, "use_qkv_bias": True, "hidden_act": "silu",
+                   "rope_theta": 10000, "tie_word_embeddings": False},
+        "base_vocab": 100352,
+        "variants": {"published": ({}, "hf")},
+    },
+    "tinyllama": {
+        "architecture": "LlamaForCausalLM",
+        "auto": "causal",
+        "config": {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632,
+                   "num_hidden_layers": 22, "num_attention_heads": 32, "num_key_value_heads": 4,
+                   "vocab_size": 32000, "max_position_embeddings": 2048, "rope_theta": 10000.0,
+                   "rms_norm_eps": 1e-5, "hidden_act": "silu"},
+        "base_vocab": 32000,
+        "variants": {"published": ({}, "hf")},
+    },
+    "phi15": {
+        "architecture": "PhiForCausalLM",
+        "auto": "causal",
+        "config": {"model_type": "phi", "hidden_size": 2048, "intermediate_size": 8192,
+                   "num_attention_heads": 32, "num_hidden_layers": 24, "partial_rotary_factor": 0.5,
+                   "vocab_size": 51200, "max_position_embeddings": 2048, "hidden_act": "gelu_new",
+                   "layer_norm_eps": 1e-5, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+                   "attention_dropout": 0.0, "rope_theta": 10000.0, "tie_word_embeddings": False},
+        "base_vocab": 51200,
         "variants": {"published": ({}, "hf")},
     },
 }

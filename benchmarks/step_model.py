@@ -31,14 +31,13 @@ from shapelint.load import load  # noqa: E402
 from shapelint.price.step import Step, side_ms, step_time  # noqa: E402
 from shapelint.records import Slice  # noqa: E402
 
-#: the architectures step_gpu.py built (its "auto" classes)
-ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
-                 "opt": "OPTForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from step_gpu_models import SECTIONS  # noqa: E402
 
 
 def estimate(record: dict, hw: hardware.Hardware) -> float:
     cfg = dict(record["config"])
-    cfg.setdefault("architectures", [ARCHITECTURES[record["model"]]])
+    cfg.setdefault("architectures", [SECTIONS[record["model"]]["architecture"]])
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "config.json"
         path.write_text(json.dumps(cfg))

@@ -49,11 +49,6 @@ from step_gpu_models import SECTIONS  # noqa: E402  (pure data, the configs step
 
 SCHEMA = "shapelint.verify_step/1"
 
-#: the class shapelint's loader picks from a config's "architectures"
-ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
-                 "opt": "OPTForCausalLM", "qwen2": "Qwen2ForCausalLM", "smollm": "LlamaForCausalLM",
-                 "opt350": "OPTForCausalLM"}
-
 #: model -> (section of step_gpu_models, batch, seq, config overrides)
 MODELS: dict[str, tuple[str, int, int, dict[str, Any]]] = {
     "gpt2": ("gpt2", 8, 1024, {}),
@@ -64,6 +59,10 @@ MODELS: dict[str, tuple[str, int, int, dict[str, Any]]] = {
     # held out: not in tests/corpus, not among the steps the step model's constants came from
     "smollm": ("smollm", 8, 1024, {}),
     "opt350": ("opt350", 8, 1024, {}),
+    "pythia160": ("pythia160", 8, 1024, {}),
+    "stablelm2": ("stablelm2", 8, 1024, {}),
+    "tinyllama": ("tinyllama", 8, 1024, {}),
+    "phi15": ("phi15", 8, 1024, {}),
 }
 MODES = ("eager", "compile")
 
@@ -75,7 +74,9 @@ EST_S: dict[tuple[str, str], float] = {
     ("qwen2", "eager"): 35,
     ("gpt2", "compile"): 130, ("bert", "compile"): 120, ("llama", "compile"): 110, ("opt", "compile"): 70,
     ("qwen2", "compile"): 110, ("smollm", "eager"): 30, ("smollm", "compile"): 100, ("opt350", "eager"): 25,
-    ("opt350", "compile"): 90,
+    ("opt350", "compile"): 90, ("pythia160", "eager"): 25, ("pythia160", "compile"): 80,
+    ("stablelm2", "eager"): 50, ("stablelm2", "compile"): 120, ("tinyllama", "eager"): 45,
+    ("tinyllama", "compile"): 120, ("phi15", "eager"): 50, ("phi15", "compile"): 120,
 }
 
 #: --tiny: the same architectures shrunk for a CPU smoke run, the vocabularies kept
@@ -94,6 +95,14 @@ TINY: dict[str, dict[str, Any]] = {
                "intermediate_size": 128, "max_position_embeddings": 64},
     "opt350": {"num_hidden_layers": 1, "hidden_size": 64, "word_embed_proj_dim": 32, "num_attention_heads": 4,
                "ffn_dim": 128, "max_position_embeddings": 64},
+    "pythia160": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+                  "max_position_embeddings": 64},
+    "stablelm2": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+                  "intermediate_size": 128, "max_position_embeddings": 64},
+    "tinyllama": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "intermediate_size": 128, "max_position_embeddings": 64},
+    "phi15": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+              "max_position_embeddings": 64},
 }
 TINY_BATCH, TINY_SEQ = 2, 32
 
@@ -125,7 +134,7 @@ def importable_rules() -> None:
 
 def config_for(model: str, tiny: bool) -> tuple[dict[str, Any], int, int]:
     section, batch, seq, overrides = MODELS[model]
-    cfg = {**SECTIONS[section]["config"], **overrides, "architectures": [ARCHITECTURES[section]]}
+    cfg = {**SECTIONS[section]["config"], **overrides, "architectures": [SECTIONS[section]["architecture"]]}
     if tiny:
         cfg.update(TINY[model])
         batch, seq = TINY_BATCH, TINY_SEQ
@@ -192,16 +201,17 @@ def run_one(model: str, mode: str, args: argparse.Namespace, folder: Path) -> di
     for line in verify_step.report_lines(v):
         log("  " + line)
     this_host = None
-    if args.host_us and r.step_model is not None:  # the same estimate at this machine's host rate
+    if args.host_speed and r.step_model is not None:  # the same estimate at this machine's host rate
         from dataclasses import replace
 
         from shapelint.price.step import step_time
 
         sm = r.step_model
-        rated = replace(hw, step=replace(hw.step, host_us_per_kernel=args.host_us[0],
-                                         compile_host_us_per_kernel=args.host_us[1] or hw.step.compile_host_us_per_kernel))
+        from shapelint.calibrate import host_table
+
+        rated = replace(hw, step=replace(hw.step, **host_table(hw, *args.host_speed)))
         this_host = round(step_time(sm.step, rated, sm.mode, sm.optimizer).ms, 3)
-        log(f"  est. at this host's rate ({args.host_us} us/kernel): {this_host:.1f} ms")
+        log(f"  est. at this host's speed ({args.host_speed} x the profile's host costs): {this_host:.1f} ms")
     return {"model": model, "mode": mode, "batch": batch, "seq": seq, "tokens": r.tokens, "profile": hw.key,
             "precision": r.precision, "config": cfg, "lint_s": round(lint_s, 1), "verify_s": round(verify_s, 1),
             "findings": [{"code": f.code, "module": f.module, "suggestion": f.suggestion.to_json() if f.suggestion
@@ -274,8 +284,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, help="steps per block (default 10; --tiny on the CPU: 2)")
     ap.add_argument("--warmup", type=int, help="untimed steps after the first (default 3; --tiny on the CPU: 1)")
     ap.add_argument("--host-probe", action="store_true",
-                    help="measure this machine's host time per kernel first (shapelint calibrate's probe) and "
-                         "give each estimate at that rate too")
+                    help="measure how fast this machine's host issues a step first (shapelint calibrate's probe) "
+                         "and give each estimate at that speed too")
     ap.add_argument("--table", nargs="+", metavar="FILE", help="print the table of saved result files and exit")
     args = ap.parse_args()
     if args.table:
@@ -307,13 +317,15 @@ def main() -> int:
     importable_rules()
     env = environment(args.device)
     log("env:", json.dumps({k: v for k, v in env.items() if k != "nvidia_smi"}))
-    args.host_us = None
+    args.host_speed = None
     if args.host_probe and args.device == "cuda":
-        from shapelint.calibrate import host_us_per_kernel
+        from shapelint import hardware
+        from shapelint.calibrate import host_speed
 
-        args.host_us = (host_us_per_kernel(False), host_us_per_kernel(True) if "compile" in modes else None)
-        env["host_us_per_kernel"], env["compile_host_us_per_kernel"] = args.host_us
-        log(f"host probe: {args.host_us} us per kernel (eager, compiled)")
+        probe_hw = hardware.resolve(args.gpu) if args.gpu else hardware.default_gpu()
+        args.host_speed = (host_speed(False, probe_hw), host_speed(True, probe_hw) if "compile" in modes else None)
+        env["host_speed"], env["compile_host_speed"] = args.host_speed
+        log(f"host probe: this host runs at {args.host_speed} x the profile's host costs (eager, compiled)")
     res = Results(out / "verify_step.json", env, sys.argv[1:])
     deadline = T0 + args.budget_s
     scale = 0.05 if args.tiny else 1.0

@@ -11,9 +11,9 @@ Measures, with the --verify timer (CUDA events, L2 flushed, median):
   fraction of elementwise kernels, of the step's reductions (layer norm, log-softmax,
   bias-gradient sums, their median), of strided copies, of the transposed pad copy
   Inductor's pad_mm makes, and of fused AdamW; the shortest kernel and the GPU's idle
-  time between the kernels of an eager stream; and the host time to issue one kernel
-  of a host-bound eager (and compiled) training step, per kernel as the step model
-  counts them.
+  time between the kernels of an eager stream; and how fast this machine's CPU issues
+  a host-bound eager (and compiled) training step against the step model's host costs,
+  which scale by it.
 The profile starts from the closest shipped profile (datasheet numbers) and adds a
 ``measured`` block with the date, GPU, driver and torch version.
 """
@@ -107,22 +107,20 @@ def measure(timer: Callable[[Callable[[], object]], list[float]], log: Callable[
 #: elements of the bandwidth tests' tensors (bf16: 512 MiB each, far beyond any L2)
 BANDWIDTH_ELEMENTS = 1 << 28
 #: a training step whose GPU work is negligible, so that its time is the host's: a
-#: Hugging Face GPT-2 (the models shapelint mostly sees; their Python per kernel is the
-#: cost) of GPT-2's 12 layers (about 1000 kernels, as a real model's step has: the
-#: step's fixed host costs spread as they do there) at this width and tokens; torch's
-#: own TransformerEncoder where transformers is not installed
+#: Hugging Face GPT-2 (the models shapelint mostly sees) of GPT-2's 12 layers (about
+#: 1000 kernels and 150 parameter tensors, as a real model's step has) at this width
+#: and tokens; torch's own TransformerEncoder where transformers is not installed
 HOST_STEP = (12, 256, 512)
 
 
-def measure_step(timer: Callable[[Callable[[], object]], list[float]], bandwidth_gbps: float,
+def measure_step(timer: Callable[[Callable[[], object]], list[float]], base: Hardware,
                  compile: bool = True, log: Callable[[str], None] = print) -> dict[str, float]:
-    """The step table, as fractions of ``bandwidth_gbps`` (the profile's memory
-    bandwidth, the base the step model divides by) and microseconds."""
-    out = _bandwidths(timer, bandwidth_gbps)
+    """The step table, as fractions of the base profile's memory bandwidth (the base the
+    step model divides by) and microseconds; the host costs as ``base``'s at this
+    machine's measured speed."""
+    out = _bandwidths(timer, base.memory_bandwidth_gbps)
     out.update(_kernel_floor())
-    out["host_us_per_kernel"] = host_us_per_kernel(False)
-    if compile:
-        out["compile_host_us_per_kernel"] = host_us_per_kernel(True)
+    out.update(host_table(base, host_speed(False, base), host_speed(True, base) if compile else None))
     for key, value in out.items():
         log(f"step {key}: {value}")
     return out
@@ -235,10 +233,12 @@ def _kernel_floor(count: int = 2000) -> dict[str, float]:
     return {"min_kernel_us": round(kernel, 2), "kernel_gap_us": round(max(statistics.median(per) - big_kernel, 0.0), 2)}
 
 
-def host_us_per_kernel(compiled: bool, steps: int = 20) -> float:
-    """Host time to issue one kernel of a host-bound training step (bf16 autocast over
-    fp32 weights, fused AdamW) onto an idle GPU: the step's host time over the kernels
-    shapelint's step model counts for it."""
+def host_speed(compiled: bool, hw: Hardware, steps: int = 20) -> float:
+    """How fast this machine's CPU issues a training step, against ``hw``'s host model
+    (``shapelint.price.step.host_costs``): the measured host time of a host-bound step
+    (bf16 autocast over fp32 weights, fused AdamW) issued onto an idle GPU, over the
+    host time the step model gives that step. The model's structure (per kernel, per
+    parameter tensor) was fitted on 11 models; this sets its level here."""
     import time
 
     import torch
@@ -278,13 +278,23 @@ def host_us_per_kernel(compiled: bool, steps: int = 20) -> float:
         step()
         host.append(time.perf_counter() - t)
     torch.cuda.synchronize()
-    # per kernel as the step model counts them (its host time is kernels x this number),
-    # so that what it miscounts on this model cancels on models like it
     from shapelint.api import lint
+    from shapelint.price.step import step_time
 
-    counted = lint(model, inputs, compile=compiled).step_time
-    kernels = counted.kernels if counted is not None else 1
-    return round(statistics.median(host) * 1e6 / kernels, 1)
+    sm = lint(model, inputs, compile=compiled).result.step_model
+    modelled = step_time(sm.step, hw, sm.mode, sm.optimizer).host_ms if sm is not None else 0.0
+    return round(statistics.median(host) * 1e3 / modelled, 3) if modelled > 0 else 1.0
+
+
+def host_table(hw: Hardware, eager_speed: float, compile_speed: float | None) -> dict[str, float]:
+    """``hw``'s host costs scaled by the measured speeds (the step table's host keys)."""
+    st = hw.step
+    out = {"host_us_per_kernel": round(st.host_us_per_kernel * eager_speed, 2),
+           "host_us_per_tensor": round(st.host_us_per_tensor * eager_speed, 2)}
+    if compile_speed is not None:
+        out.update({"compile_host_us_per_kernel": round(st.compile_host_us_per_kernel * compile_speed, 2),
+                    "compile_host_us_per_tensor": round(st.compile_host_us_per_tensor * compile_speed, 2)})
+    return out
 
 
 def fit(base: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
@@ -339,7 +349,7 @@ def run(output: str, timer: Callable[[Callable[[], object]], list[float]] | None
     timer = timer or cuda_timer()
     measured = measure(timer)
     base = closest_base(name)
-    measured["step"] = measure_step(timer, float(base["memory_bandwidth_gbps"]))
+    measured["step"] = measure_step(timer, profile_from_dict(base, "base"))
     measured.update({
         "date": datetime.date.today().isoformat(),
         "gpu": name,

@@ -28,7 +28,7 @@ class StepProfile:
     """How the rest of a training step runs on this GPU (``step:`` in ``_arch.yaml``
     or a profile; ``docs/step-measurements.md`` has the measurements): the fraction of
     the copy bandwidth each class of memory-bound kernel reaches, the shortest kernel,
-    the GPU's idle time between kernels, and the host time to issue one kernel. Every
+    the GPU's idle time between kernels, and the host time of a step. Every
     value comes from the profile files (each architecture's ``step:`` table is complete),
     never from a default here."""
 
@@ -46,10 +46,16 @@ class StepProfile:
     min_kernel_us: float
     #: GPU idle time between two kernels of a GPU-bound step, microseconds
     kernel_gap_us: float
-    #: host time to issue one kernel of an eager step (Python, dispatch, launch), microseconds
+    #: host time of an eager training step: this per kernel (Python, dispatch, launch),
+    #: microseconds, ...
     host_us_per_kernel: float
-    #: the same under torch.compile (Inductor's wrappers, autograd, the eager optimizer)
+    #: ... plus this per parameter tensor (its gradient's accumulation, the optimizer's
+    #: per-tensor work), microseconds
+    host_us_per_tensor: float
+    #: the same two under torch.compile: what is left per kernel is the generated code's
+    #: launch; the graphs take every parameter as an input and give back its gradient
     compile_host_us_per_kernel: float
+    compile_host_us_per_tensor: float
     #: fraction of a fused attention kernel's rate kept when it applies an explicit mask
     #: (it then computes every score tile: no causal skipping); 1 where not measured
     masked_attention_efficiency: float

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from shapelint.hardware import resolve
-from shapelint.pipeline import trace
 from shapelint.physics.alignment import is_aligned
+from shapelint.pipeline import trace
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -143,15 +143,52 @@ def _hf_capture(folder: Path, cfg: dict[str, object]) -> Capture:
 
 
 def test_a_host_read_serialises_the_eager_step() -> None:
-    # (kernel ms, kernels) in issue order, 1 ms of host per kernel, no gap; one long kernel
-    issued = [(0.01, 1), (5.0, 1), (0.01, 1), (0.01, 1)]
+    # (kernel ms, kernels, host ms) in issue order, 1 ms of host per kernel, no gap; one long kernel
+    issued = [(0.01, 1, 1.0), (5.0, 1, 1.0), (0.01, 1, 1.0), (0.01, 1, 1.0)]
     # no read: the host runs ahead across steps, the step is the larger of 5.03 and 4
     # read before op 2: the cycle is 2, 3, 0, 1 from an idle GPU; op 1 (5 ms) starts when
     # the host issues it at 4 ms, and the next step's read waits for it: 9 ms
-    assert serialised_ms(issued, (2,), 1000.0, 0.0) == pytest.approx(9.0)
+    assert serialised_ms(issued, (2,), 0.0) == pytest.approx(9.0)
     # a second read before op 2 waits for op 1: 0 → 1.01, 1 → 7.0, wait, 2 → 8.01, 3 → 9.01
-    assert serialised_ms(issued, (0, 2), 1000.0, 0.0) == pytest.approx(9.01)
-    assert serialised_ms(issued, (0,), 1000.0, 0.0) == pytest.approx(7.02)
+    assert serialised_ms(issued, (0, 2), 0.0) == pytest.approx(9.01)
+    assert serialised_ms(issued, (0,), 0.0) == pytest.approx(7.02)
+    # 2 ms of host time that launches nothing before op 0: read before op 0, it runs while
+    # the GPU finishes the step (7.02); read before it, the GPU waits for it: op 1 starts
+    # at 4 ms instead of 2
+    fixed = [(0.0, 0, 2.0), *issued]
+    assert serialised_ms(fixed, (1,), 0.0) == pytest.approx(7.02)
+    assert serialised_ms(fixed, (0,), 0.0) == pytest.approx(9.02)
+
+
+def test_host_time_is_per_kernel_plus_per_parameter_tensor() -> None:
+    # 10 pointwise kernels and 80 parameter tensors (40 of 768x768, 40 of 768) under AdamW
+    ops = [_op(i, "pointwise", ((i, MB),), ((i + 100, MB),)) for i in range(10)]
+    params = [(768 * 768, 4)] * 40 + [(768, 4)] * 40
+    st = Step([], ops, params)
+    _, launches = optimizer_ms(params, "adamw", H100)
+    assert launches == 3  # 80 tensors, 36 a launch
+    s = H100.step
+    # the shipped H100 numbers (benchmarks/host_phases.py, 11 models, at the typical host's speed)
+    assert (s.host_us_per_kernel, s.host_us_per_tensor) == (38.0, 51.0)
+    assert (s.compile_host_us_per_kernel, s.compile_host_us_per_tensor) == (4.0, 160.0)
+    eager = step_time(st, H100, "eager")
+    assert eager.kernels == 13
+    assert eager.host_ms == pytest.approx(13 * 0.038 + 80 * 0.051)  # 0.494 + 4.08
+    compiled = step_time(st, H100, "compile")
+    assert compiled.kernels == 1 + 3
+    # 80 tensors cost 12.8 ms of host, the kernels 0.016 ms: the graphs' inputs dominate
+    assert compiled.host_ms == pytest.approx(4 * 0.004 + 80 * 0.160)
+    # without training there is no optimizer and no per-tensor cost
+    assert step_time(Step([], ops, params, training=False), H100, "eager").host_ms == pytest.approx(10 * 0.038)
+
+
+def test_calibrate_scales_the_host_costs_by_the_measured_speed() -> None:
+    from shapelint.calibrate import host_table
+
+    table = host_table(H100, 0.8, 1.25)
+    assert table == {"host_us_per_kernel": 30.4, "host_us_per_tensor": 40.8,
+                     "compile_host_us_per_kernel": 5.0, "compile_host_us_per_tensor": 200.0}
+    assert set(host_table(H100, 1.0, None)) == {"host_us_per_kernel", "host_us_per_tensor"}
 
 
 def test_transformers_packed_sequence_check_is_a_host_read(tmp_path) -> None:

@@ -176,10 +176,15 @@ def test_calibrate_measures_the_step_table_on_a_gpu() -> None:
     from shapelint.hardware import STEP_KEYS, resolve
     from shapelint.verify import cuda_timer
 
-    step = measure_step(cuda_timer(), resolve("h100").memory_bandwidth_gbps, compile=False, log=lambda _: None)
-    assert set(step) == set(STEP_KEYS) - {"compile_host_us_per_kernel"}
+    h100 = resolve("h100")
+    step = measure_step(cuda_timer(), h100, compile=False, log=lambda _: None)
+    assert set(step) == {k for k in STEP_KEYS if not k.startswith("compile_host")}
     assert all(0.05 < step[k] < 1.2 for k in step if k.endswith("_efficiency"))
-    assert 0.5 < step["min_kernel_us"] < 20 and 1 < step["host_us_per_kernel"] < 500
+    assert 0.5 < step["min_kernel_us"] < 20
+    # the host costs keep the shipped model's shape, at this machine's speed (0.3x to 3x)
+    speed = step["host_us_per_kernel"] / h100.step.host_us_per_kernel
+    assert 0.3 < speed < 3
+    assert step["host_us_per_tensor"] == pytest.approx(h100.step.host_us_per_tensor * speed, rel=0.01)
 
 
 @pytest.mark.cuda

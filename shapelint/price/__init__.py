@@ -120,9 +120,8 @@ class StepModel:
             note = ("under torch.compile, transformers passes this attention a mask and PyTorch runs its math "
                     "kernel (fp32 scores in memory); after the change a fused kernel takes the mask")
         elif after.bound == "host" and gpu_saved > 0:
-            per_kernel = 1e3 * self.before.host_ms / self.before.kernels
             note = (f"the step is bound by the host issuing its {self.before.kernels} kernels "
-                    f"({self.before.host_ms:.1f} ms at {per_kernel:.0f} µs each; hosts differ, `shapelint calibrate` "
+                    f"({self.before.host_ms:.1f} ms of host time; hosts differ up to 2x, `shapelint calibrate` "
                     f"measures yours); this saves {gpu_saved:.2f} ms of GPU time, which shows "
                     "once the step is GPU-bound (torch.compile, CUDA graphs, a larger batch)")
         return replace(f, step_ms=self.before.ms, step_ms_saved=self.before.ms - after.ms, step_note=note), gpu_saved

@@ -17,7 +17,9 @@ and its ``step`` table):
     optimizer         passes · parameter bytes / (bandwidth · optimizer_efficiency),
                       in ceil(tensors / 36) or ceil(elements / (65536 · 320)) launches
     GPU time          kernel time + kernels · kernel_gap_us
-    host time         kernels · host_us_per_kernel   (the CPU issuing the step)
+    host time         kernels · host_us_per_kernel + parameter tensors · host_us_per_tensor
+                      (training); the CPU issuing the step (compile_host_* under
+                      torch.compile, where the per-tensor part dominates: ``host_costs``)
     step              max(GPU time, host time); in eager mode, where the host reads a
                       value from the GPU inside the step (transformers' packed-sequence
                       check in a causal LM's forward), the timeline of host and GPU
@@ -367,12 +369,13 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
     after-times); ``extra_ms`` adds GPU time (a change's side costs)."""
     gemm_times = gemm_times or {}
     classes: dict[str, float] = {}
-    #: (kernel ms, kernels) in the order the host issues them (eager: one entry per op)
-    issued: list[tuple[float, int]] = []
+    per_kernel_us, per_tensor_us = host_costs(hw, mode)
+    #: (kernel ms, kernels, host ms) in the order the host issues them (eager: one entry per op)
+    issued: list[tuple[float, int, float]] = []
 
-    def add(kind: str, ms: float, launched: int) -> None:
+    def add(kind: str, ms: float, launched: int, host_ms: float = 0.0) -> None:
         classes[kind] = classes.get(kind, 0.0) + ms
-        issued.append((ms, launched))
+        issued.append((ms, launched, launched * per_kernel_us * 1e-3 + host_ms))
 
     def record_ms(i: int) -> float:
         if i in gemm_times:
@@ -388,7 +391,7 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
         elif mode == "eager":
             add(op.kind, op_ms(op, hw), 1)
         else:
-            issued.append((0.0, 0))  # fused into the regions below; keeps positions for syncs
+            issued.append((0.0, 0, 0.0))  # fused into the regions below; keeps positions for syncs
     if mode == "compile":
         for region in step.regions:
             launched = region.kernels(hw)
@@ -397,25 +400,39 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
     if step.training:
         opt_ms, launches = optimizer_ms(step.params, optimizer, hw)
         if launches:
-            add("optimizer", opt_ms, launches)
+            add("optimizer", opt_ms, launches, len(step.params) * per_tensor_us * 1e-3)
     if extra_ms:
         add("side", extra_ms, 0)
-    kernels = sum(n for _, n in issued)
+    kernels = sum(n for _, n, _ in issued)
     kernel_ms = sum(classes.values())
     gpu = kernel_ms + kernels * hw.step.kernel_gap_us * 1e-3
-    per_kernel = hw.step.compile_host_us_per_kernel if mode == "compile" else hw.step.host_us_per_kernel
-    host = kernels * per_kernel * 1e-3
+    host = sum(h for _, _, h in issued)
     ms = max(gpu, host)
     syncs = step.syncs if mode == "eager" else ()
     if syncs:
-        ms = serialised_ms(issued, syncs, per_kernel, hw.step.kernel_gap_us)
+        ms = serialised_ms(issued, syncs, hw.step.kernel_gap_us)
     gemm = classes.get("gemm", 0.0) + classes.get("attention", 0.0)
     return StepTime(ms, gpu, host, gemm, kernels, mode, tuple(sorted(classes.items())), len(syncs))
 
 
-def serialised_ms(issued: Sequence[tuple[float, int]], syncs: Sequence[int], host_us: float, gap_us: float) -> float:
+def host_costs(hw: Hardware, mode: Mode) -> tuple[float, float]:
+    """The host time of a step on ``hw`` in ``mode``: (us per kernel, us per parameter
+    tensor). Fitted on 11 Hugging Face models' training steps issued onto an idle H100
+    (``benchmarks/host_phases.py``, two machines): eager 25 us per kernel + 34 us per
+    tensor (RMS error 10%; a fixed part per step adds nothing general: it is the models'
+    Python); compiled 3.6 us per kernel + 138 us per tensor (18%; per kernel alone 34%:
+    a compiled step's host time follows its graphs' inputs, not its kernels). The
+    profiles hold these at the typical host's speed; ``shapelint calibrate`` scales them
+    to yours."""
+    st = hw.step
+    if mode == "compile":
+        return st.compile_host_us_per_kernel, st.compile_host_us_per_tensor
+    return st.host_us_per_kernel, st.host_us_per_tensor
+
+
+def serialised_ms(issued: Sequence[tuple[float, int, float]], syncs: Sequence[int], gap_us: float) -> float:
     """A step whose host reads the GPU at ``syncs`` (positions in ``issued``, the
-    (kernel ms, kernels) the host issues in order): in a loop of such steps the host
+    (kernel ms, kernels, host ms) the host issues in order): in a loop of such steps the host
     waits at each sync until the GPU has run everything issued, and then the GPU waits
     for the host to issue the next kernel. The step runs from its first sync to the
     next step's: the ops before it belong to the next step's cycle."""
@@ -425,8 +442,8 @@ def serialised_ms(issued: Sequence[tuple[float, int]], syncs: Sequence[int], hos
     for i in [*range(first, len(issued)), *range(first)]:
         if i in waits:
             host = max(host, gpu)
-        ms, n = issued[i]
-        host += n * host_us * 1e-3
+        ms, n, host_ms = issued[i]
+        host += host_ms
         gpu = max(gpu, host) + ms + n * gap_us * 1e-3
     return max(host, gpu)
 
@@ -457,5 +474,5 @@ def side_ms(slices: Iterable[Slice], hw: Hardware, mode: Mode, training: bool) -
     return sum(slice_ms(s, hw, mode, training) for s in slices)
 
 
-__all__ = ["MODES", "Mode", "Step", "StepTime", "attention_ms", "compiled_gemm_ms", "fused_regions", "op_ms", "optimizer_ms",
-           "pad_mm_padded", "serialised_ms", "side_ms", "slice_ms", "step_time"]
+__all__ = ["MODES", "Mode", "Step", "StepTime", "attention_ms", "compiled_gemm_ms", "fused_regions", "host_costs", "op_ms",
+           "optimizer_ms", "pad_mm_padded", "serialised_ms", "side_ms", "slice_ms", "step_time"]
