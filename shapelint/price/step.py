@@ -421,9 +421,9 @@ def host_costs(hw: Hardware, mode: Mode) -> tuple[float, float]:
     (``benchmarks/host_phases.py``, two machines): eager 25 us per kernel + 34 us per
     tensor (RMS error 10%; a fixed part per step adds nothing general: it is the models'
     Python); compiled 3.6 us per kernel + 138 us per tensor (17%; per kernel alone 34%:
-    a compiled step's host time follows its graphs' inputs, not its kernels). The
-    profiles hold these at the typical host's speed; ``shapelint calibrate`` scales them
-    to yours."""
+    a compiled step's host time follows its graphs' inputs, not its kernels). An
+    inference step (no optimizer) pays per kernel only. The profiles hold these at the
+    typical host's speed; ``shapelint calibrate`` scales them to yours."""
     st = hw.step
     if mode == "compile":
         return st.compile_host_us_per_kernel, st.compile_host_us_per_tensor
