@@ -36,35 +36,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from host_sync import build  # noqa: E402
 from step_gpu_models import SECTIONS  # noqa: E402
 
 PHASES = ("forward", "backward", "optimizer", "step")
-
-
 #: ``MODEL+nodrop``: the model with every dropout probability of its config set to 0
 NO_DROPOUT = "+nodrop"
 
 
-def build(torch: Any, transformers: Any, name: str) -> Any:
-    section = name.removesuffix(NO_DROPOUT)
-    spec = SECTIONS[section]
-    cfg = dict(spec["config"])
-    config = transformers.AutoConfig.for_model(**cfg)
-    if name.endswith(NO_DROPOUT):
-        for key, value in config.to_dict().items():
-            if ("drop" in key) and isinstance(value, float):
-                setattr(config, key, 0.0)
-    auto = transformers.AutoModelForMaskedLM if spec["auto"] == "masked" else transformers.AutoModelForCausalLM
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = auto.from_config(config, attn_implementation="sdpa")
-    return model.float().cuda().train()
-
 
 def measure(torch: Any, transformers: Any, name: str, batch: int, seq: int, compiled: bool,
             reps: int) -> dict[str, Any]:
-    model = build(torch, transformers, name)
     section = name.removesuffix(NO_DROPOUT)
+    model, _ = build(torch, transformers, section, no_dropout=name.endswith(NO_DROPOUT))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     torch.manual_seed(1234)
     ids = torch.randint(0, int(SECTIONS[section]["base_vocab"]), (batch, seq), device="cuda")

@@ -38,9 +38,15 @@ from step_gpu_models import SECTIONS  # noqa: E402
 VARIANTS = ("as_is", "no_mask_sync")
 
 
-def build(torch: Any, transformers: Any, section: str) -> tuple[Any, int]:
+def build(torch: Any, transformers: Any, section: str, no_dropout: bool = False) -> tuple[Any, int]:
+    """The section's model on the GPU (fp32 weights, training mode), and its vocabulary;
+    ``no_dropout``: every dropout probability of its config set to 0."""
     spec = SECTIONS[section]
     config = transformers.AutoConfig.for_model(**spec["config"])
+    if no_dropout:
+        for key, value in config.to_dict().items():
+            if "drop" in key and isinstance(value, float):
+                setattr(config, key, 0.0)
     auto = transformers.AutoModelForMaskedLM if spec["auto"] == "masked" else transformers.AutoModelForCausalLM
     torch.manual_seed(0)
     with torch.device("cuda"):
