@@ -44,7 +44,6 @@ PHASES = ("forward", "backward", "optimizer", "step")
 NO_DROPOUT = "+nodrop"
 
 
-
 def measure(torch: Any, transformers: Any, name: str, batch: int, seq: int, compiled: bool,
             reps: int) -> dict[str, Any]:
     section = name.removesuffix(NO_DROPOUT)
