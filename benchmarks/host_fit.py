@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +27,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from host_phases import NO_DROPOUT  # noqa: E402
 from step_gpu_models import SECTIONS  # noqa: E402
+from step_model import config_step  # noqa: E402
 
 from shapelint import hardware  # noqa: E402
-from shapelint.capture import capture, to_precision  # noqa: E402
-from shapelint.load import load  # noqa: E402
-from shapelint.price.step import Step, step_time  # noqa: E402
+from shapelint.price.step import step_time  # noqa: E402
 
 DATA = sorted(str(p) for p in (ROOT / "docs/data").glob("host_phases_h100_2026-11-23*.json"))
 #: name -> the columns of the design matrix (1: a fixed part, k: kernels, p: parameter tensors)
@@ -42,16 +40,9 @@ UNITS = {"1": ("ms", 1.0), "k": ("us/kernel", 1e3), "p": ("us/tensor", 1e3)}
 
 def counts(section: str, batch: int, seq: int, hw: hardware.Hardware) -> dict[str, int]:
     cfg = {**SECTIONS[section]["config"], "architectures": [SECTIONS[section]["architecture"]]}
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "config.json"
-        path.write_text(json.dumps(cfg))
-        loaded = load(path, batch=batch, seq=seq)
-        with loaded.fake_mode:
-            cap = capture(loaded.model, to_precision(loaded.model, loaded.inputs, "bf16"), precision="bf16",
-                          training=True, defined_at=loaded.defined_at)
-    step = Step(cap.gemms, cap.ops, cap.params, syncs=cap.syncs)
+    step = config_step(cfg, batch, seq)
     return {"eager": step_time(step, hw, "eager").kernels, "compile": step_time(step, hw, "compile").kernels,
-            "tensors": len(cap.params)}
+            "tensors": len(step.params)}
 
 
 def fit(rows: list[dict], columns: str) -> tuple[list[float], list[float]]:

@@ -35,17 +35,22 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from step_gpu_models import SECTIONS  # noqa: E402
 
 
-def estimate(record: dict, hw: hardware.Hardware) -> float:
-    cfg = dict(record["config"])
-    cfg.setdefault("architectures", [SECTIONS[record["model"]]["architecture"]])
+def config_step(cfg: dict, batch: int, seq: int) -> Step:
+    """The bf16 training step of a Hugging Face config, as shapelint captures it."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "config.json"
         path.write_text(json.dumps(cfg))
-        loaded = load(path, batch=record["batch"], seq=record["seq"])
+        loaded = load(path, batch=batch, seq=seq)
         with loaded.fake_mode:
             inputs = to_precision(loaded.model, loaded.inputs, "bf16")
             cap = capture(loaded.model, inputs, precision="bf16", training=True, defined_at=loaded.defined_at)
-    step = Step(cap.gemms, cap.ops, cap.params, syncs=cap.syncs)
+    return Step(cap.gemms, cap.ops, cap.params, syncs=cap.syncs)
+
+
+def estimate(record: dict, hw: hardware.Hardware) -> float:
+    cfg = dict(record["config"])
+    cfg.setdefault("architectures", [SECTIONS[record["model"]]["architecture"]])
+    step = config_step(cfg, record["batch"], record["seq"])
     extra = 0.0
     if record.get("loss_mode") == "slice":
         base = int(record.get("base_vocab") or _base_vocab(record))
