@@ -63,6 +63,12 @@ MODELS: dict[str, tuple[str, int, int, dict[str, Any]]] = {
     "stablelm2": ("stablelm2", 8, 1024, {}),
     "tinyllama": ("tinyllama", 8, 1024, {}),
     "phi15": ("phi15", 8, 1024, {}),
+    # held out from the host level as well (benchmarks/host_level.py)
+    "smollm2_360": ("smollm2_360", 8, 1024, {}),
+    "qwen3_06": ("qwen3_06", 8, 1024, {}),
+    "pythia70": ("pythia70", 8, 1024, {}),
+    "roberta": ("roberta", 32, 512, {}),
+    "distilgpt2": ("distilgpt2", 8, 1024, {}),
 }
 MODES = ("eager", "compile")
 
@@ -77,6 +83,10 @@ EST_S: dict[tuple[str, str], float] = {
     ("opt350", "compile"): 90, ("pythia160", "eager"): 25, ("pythia160", "compile"): 80,
     ("stablelm2", "eager"): 50, ("stablelm2", "compile"): 120, ("tinyllama", "eager"): 45,
     ("tinyllama", "compile"): 120, ("phi15", "eager"): 50, ("phi15", "compile"): 120,
+    ("smollm2_360", "eager"): 35, ("smollm2_360", "compile"): 110, ("qwen3_06", "eager"): 40,
+    ("qwen3_06", "compile"): 110, ("pythia70", "eager"): 20, ("pythia70", "compile"): 60,
+    ("roberta", "eager"): 40, ("roberta", "compile"): 150, ("distilgpt2", "eager"): 30,
+    ("distilgpt2", "compile"): 130,
 }
 
 #: --tiny: the same architectures shrunk for a CPU smoke run, the vocabularies kept
@@ -103,6 +113,15 @@ TINY: dict[str, dict[str, Any]] = {
                   "intermediate_size": 128, "max_position_embeddings": 64},
     "phi15": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
               "max_position_embeddings": 64},
+    "smollm2_360": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+                    "intermediate_size": 128, "max_position_embeddings": 64},
+    "qwen3_06": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+                 "head_dim": 16, "intermediate_size": 128, "max_position_embeddings": 64},
+    "pythia70": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+                 "max_position_embeddings": 64},
+    "roberta": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+                "max_position_embeddings": 66},
+    "distilgpt2": {"n_layer": 1, "n_embd": 64, "n_head": 4, "n_positions": 64},
 }
 TINY_BATCH, TINY_SEQ = 2, 32
 
