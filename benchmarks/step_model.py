@@ -44,7 +44,7 @@ def config_step(cfg: dict, batch: int, seq: int) -> Step:
         with loaded.fake_mode:
             inputs = to_precision(loaded.model, loaded.inputs, "bf16")
             cap = capture(loaded.model, inputs, precision="bf16", training=True, defined_at=loaded.defined_at)
-    return Step(cap.gemms, cap.ops, cap.params, syncs=cap.syncs)
+    return Step(cap.gemms, cap.ops, cap.params, syncs=cap.syncs, breaks=cap.breaks)
 
 
 def estimate(record: dict, hw: hardware.Hardware) -> float:

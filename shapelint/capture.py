@@ -142,6 +142,8 @@ class Capture:
     params: tuple[tuple[int, int], ...] = ()
     #: positions in ``ops`` where an eager step's host reads a value from the GPU
     syncs: tuple[int, ...] = ()
+    #: positions in ``ops`` where torch.compile's dynamo would break the graph
+    breaks: tuple[int, ...] = ()
 
     @property
     def forward(self) -> int:
@@ -218,6 +220,8 @@ class _Recorder:
         self.ops: list[OpRow] = []
         #: positions in ``ops`` where the host reads a value from the GPU (note_host_sync)
         self.syncs: list[int] = []
+        #: positions in ``ops`` where dynamo would break the graph (note_graph_break)
+        self.breaks: list[int] = []
         self._serials: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
         self._next_serial = 0
         #: set while shapelint.replay runs ops of its own (its marks, a replayed layer's outputs)
@@ -440,6 +444,15 @@ def note_host_sync() -> None:
     rec = _recorder.get()
     if rec is not None and not rec.paused:
         rec.syncs.append(len(rec.ops))
+
+
+def note_graph_break() -> None:
+    """Under torch.compile, dynamo would end the graph here and start another (the
+    loader knows where; the tracer does not run dynamo): a tensor made before it reaches
+    the next graph as an input, in the layout it was made in."""
+    rec = _recorder.get()
+    if rec is not None and not rec.paused:
+        rec.breaks.append(len(rec.ops))
 
 
 @contextlib.contextmanager
@@ -823,7 +836,8 @@ def _capture(model: torch.nn.Module, inputs: Any, precision: str, training: bool
         ops.append(Op(i, row.name, row.kclass, row.backward, row.nbytes, row.reads, row.writes, indices, row.owner,
                       row.widest, row.strided, row.numel, row.out_numel))
     params = tuple((p.numel(), p.element_size()) for p in model.parameters() if p.requires_grad)
-    return Capture(gemms, training, precision, ops=ops, params=params, syncs=tuple(rec.syncs))
+    return Capture(gemms, training, precision, ops=ops, params=params, syncs=tuple(rec.syncs),
+                   breaks=tuple(rec.breaks))
 
 
 def _autocast(precision: str) -> Any:

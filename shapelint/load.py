@@ -34,7 +34,14 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from shapelint import builders, validate
-from shapelint.capture import RecordingFakeMode, boundary, compile_builds_mask, note_host_sync, user_frame_source
+from shapelint.capture import (
+    RecordingFakeMode,
+    boundary,
+    compile_builds_mask,
+    note_graph_break,
+    note_host_sync,
+    user_frame_source,
+)
 from shapelint.errors import ShapelintError, one_line
 from shapelint.files import check_regular, parse_json, parse_yaml, read_text
 from shapelint.locate import json_int_keys
@@ -585,6 +592,7 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
     with construction_sites(defined_at), torch.device("meta"):
         model = _hf_model(transformers, config, where, doc)
     _unpacked_sequences(model)
+    _loss_behind_graph_break(model)
     mode = RecordingFakeMode()
     meta_to_fake(model, mode)
     with mode, torch.device("cpu"):
@@ -642,6 +650,31 @@ def _hf_model(transformers: Any, config: Any, where: str, doc: dict[str, Any], *
     reason = refusals[1] if len(refusals) > 1 else refusals[0]
     why = validate.hf_heads_reason(type(config), doc) or one_line(reason)
     raise ShapelintError(f"{where}: transformers cannot build a model for this config: {why}")
+
+
+def _loss_behind_graph_break(model: torch.nn.Module) -> None:
+    """A model whose class transformers cannot map to a loss (``loss_type`` unset or
+    unknown: GPT-2's ``GPT2LMHeadModel``) warns as its ``loss_function`` is looked up,
+    once per process, and dynamo breaks the graph at that warning: compiled, the loss
+    is a graph of its own, and the logits' gradient reaches the model's backward graph
+    as an input, in the layout the loss made it (measured on an H100, torch 2.11,
+    transformers 5.17: GPT-2 compiles to 2 graphs, BERT and RoBERTa to 1;
+    ``benchmarks/pad_mm_decisions.py``). Capture is told where (``note_graph_break``)."""
+    try:
+        mapping = importlib.import_module("transformers.loss.loss_utils").LOSS_MAPPING
+    except (ImportError, AttributeError):
+        return
+    if "_loss_function" in vars(model) or getattr(model, "loss_type", None) in mapping:
+        return
+    default = mapping.get("ForCausalLM")
+    if default is None:
+        return
+
+    def loss_function(*args: Any, **kwargs: Any) -> Any:
+        note_graph_break()
+        return default(*args, **kwargs)
+
+    setattr(model, "_loss_function", loss_function)  # noqa: B010  (what transformers' loss_function returns first)
 
 
 def _unpacked_sequences(model: torch.nn.Module) -> None:

@@ -854,6 +854,7 @@ class Replayer:
         rec.shapes[:] = new_shapes  # type: ignore[assignment]
         rec.ops[:] = new_ops
         rec.syncs[:] = [p + sum(n for at, n in inserted if at <= p) for p in rec.syncs]
+        rec.breaks[:] = [p + sum(n for at, n in inserted if at <= p) for p in rec.breaks]
         # parameters the template's backward left without a gradient have none in a full trace either
         for r in self.replays:
             tparams = dict(r.template.member.module.named_parameters())

@@ -24,7 +24,9 @@ from shapelint.price.gemm import gemm_ms, work_ms
 from shapelint.price.step import (
     Step,
     attention_ms,
+    compiled_gemm_ms,
     fused_regions,
+    inductor_laid_out,
     memory_kernel_ms,
     op_ms,
     optimizer_ms,
@@ -236,6 +238,69 @@ def test_pad_mm_pads_misaligned_compute_bound_gemms_only() -> None:
     assert pad_mm_padded(aligned, H100) is None
     # a memory-bound GEMM (one token) is left alone, as pad_mm's is_mm_compute_bound does
     assert pad_mm_padded(replace(fwd, m=1), H100) is None
+
+
+class _Head(nn.Module):
+    """An LM head and its loss, optionally behind a graph break (as GPT-2's is in transformers 5)."""
+
+    def __init__(self, vocab: int, loss_break: bool) -> None:
+        super().__init__()
+        self.head, self.loss_break = nn.Linear(768, vocab, bias=False), loss_break
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.head(x)
+        if self.loss_break:
+            from shapelint.capture import note_graph_break
+
+            note_graph_break()
+        return nn.functional.cross_entropy(logits.float(), torch.zeros(x.shape[0], dtype=torch.long))
+
+
+def _head_step(vocab: int, loss_break: bool) -> Step:
+    cap, _ = trace(lambda: (_Head(vocab, loss_break), torch.randn(8192, 768)), precision="bf16")
+    return Step(cap.gemms, cap.ops, cap.params, breaks=cap.breaks)
+
+
+def test_inductor_lays_out_a_transposed_operand_made_in_its_graph() -> None:
+    # dW = dlogits^T @ x: pad_mm leaves it (its transposed pad copy costs more than it saves:
+    # H100, torch 2.11, 4.23 ms against 4.23 ms padded for GPT-2), but when the loss that makes
+    # dlogits is in the same graph the vocabulary fix measured no gain (BERT 1.004-1.007x,
+    # RoBERTa 0.995x): the op making dlogits writes it in the order the GEMM reads aligned
+    one = _head_step(50257, loss_break=False)
+    fwd, dw = one.gemms  # x needs no gradient: forward and weight gradient
+    assert (dw.phase, dw.a.transposed, dw.a.ld, dw.a.cols) == ("grad_weight", True, 50257, 8192)
+    assert pad_mm_padded(dw, H100) is None
+    # dW's x is a forward tensor (the backward graph's input); the forward's W^T is autocast's
+    # bf16 copy of the weight, made in the graph too (its leading dimension, 768, is aligned)
+    assert one.made_in_graph == {fwd.index: ("b",), dw.index: ("a",)}
+    assert inductor_laid_out(fwd, ("b",), H100) is None
+    laid = inductor_laid_out(dw, ("a",), H100)
+    assert laid is not None and (laid.a.transposed, laid.a.ld) == (False, 8192) and laid.b == dw.b
+    assert compiled_gemm_ms(dw, H100, ("a",)) == gemm_ms(laid, H100) < gemm_ms(dw, H100) / 4
+    # behind a graph break dlogits is the backward graph's input, laid out as the loss made it
+    two = _head_step(50257, loss_break=True)
+    assert len(two.breaks) == 1 and two.made_in_graph == {fwd.index: ("b",)}
+    assert compiled_gemm_ms(two.gemms[1], H100, two.made_in_graph.get(1, ())) == gemm_ms(two.gemms[1], H100)
+    # an aligned operand needs nothing
+    assert inductor_laid_out(_head_step(50264, loss_break=False).gemms[1], ("a",), H100) is None
+
+
+def test_hugging_face_loss_without_a_loss_type_breaks_the_graph(tmp_path) -> None:
+    # transformers warns (once) in loss_function for a class it cannot map to a loss, and
+    # dynamo breaks the graph there: GPT-2 compiled to 2 graphs, BERT to 1 (H100, torch 2.11)
+    def breaks(cfg: dict) -> tuple[int, ...]:
+        path = tmp_path / f"{cfg['model_type']}.json"
+        path.write_text(json.dumps(cfg))
+        loaded = load(path, batch=1, seq=16)
+        with loaded.fake_mode:
+            inputs = to_precision(loaded.model, loaded.inputs, "bf16")
+            return capture(loaded.model, inputs, precision="bf16", training=True, defined_at=loaded.defined_at).breaks
+
+    gpt2 = breaks({"model_type": "gpt2", "n_layer": 1, "n_embd": 64, "n_head": 4, "vocab_size": 1001,
+                   "architectures": ["GPT2LMHeadModel"]})
+    llama = breaks({"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4,
+                    "intermediate_size": 128, "vocab_size": 1001, "architectures": ["LlamaForCausalLM"]})
+    assert len(gpt2) == 1 and llama == ()
 
 
 def test_slice_side_cost() -> None:

@@ -38,7 +38,9 @@ subexpression elimination). Against the profiler's count of the compiled steps o
 (three graph breaks), BERT 782 of 997, Llama 549 of 546, Qwen2.5 1701 of 1653. ``pad_mm`` pads a
 GEMM (``mm``, ``addmm``, ``bmm``) whose M, K or N is not a multiple of 8 (bf16/fp16)
 or 4 (fp32) when it is compute-bound by its own test and the padded GEMM with its pad
-copies benchmarks more than 1.1x faster, and then runs the padded one. The optimizer
+copies benchmarks more than 1.1x faster, and then runs the padded one; a transposed
+operand it does not pad that an op of the same graph makes, the op writes in the order
+whose leading dimension is aligned (`inductor_laid_out`). The optimizer
 stays eager, as ``torch.compile(model)`` leaves it. Attention: a Hugging Face model
 whose mask transformers skips in eager gets an explicit mask under compile (torch
 < 2.14), and PyTorch picks the kernel for that call
@@ -50,6 +52,7 @@ dtype, with one softmax kernel each way (``docs/step-measurements.md``).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -60,7 +63,7 @@ from shapelint.hardware import Hardware
 from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, head_dim, math_kernel
 from shapelint.physics.reshape import set_dim
 from shapelint.price.gemm import CAUSAL_WORK, gemm_ms, work_ms
-from shapelint.records import Gemm, Op, Slice
+from shapelint.records import Gemm, Op, Operand, Slice
 
 Mode = Literal["eager", "compile"]
 MODES: tuple[Mode, ...] = ("eager", "compile")
@@ -128,11 +131,20 @@ class Step:
     #: positions in ``ops`` before which an eager step's host reads a value from the GPU
     #: (``shapelint.capture.note_host_sync``), waiting for every kernel issued before
     syncs: tuple[int, ...] = ()
+    #: positions in ``ops`` where torch.compile's graph breaks (``shapelint.capture.note_graph_break``)
+    breaks: tuple[int, ...] = ()
 
     @cached_property
     def regions(self) -> list[Fused]:
         """The fused kernels of a compiled step (they do not depend on GEMM times)."""
         return fused_regions(self.ops)
+
+    @cached_property
+    def made_in_graph(self) -> dict[int, tuple[str, ...]]:
+        """Per 2-D GEMM (mm, addmm), its transposed operands (``a``, ``b``) that an op
+        Inductor generates makes in the same compiled graph (not a parameter, an input,
+        a GEMM's output or a tensor from another graph): see `inductor_laid_out`."""
+        return transposed_made_in_graph(self.ops, self.gemms, self.breaks)
 
 
 # -- kernels ---------------------------------------------------------------------------
@@ -244,12 +256,72 @@ def _compute_bound(g: Gemm, hw: Hardware) -> bool:
     return intensity > PAD_MM_BALANCE * 1000 * tflops / hw.memory_bandwidth_gbps
 
 
-def compiled_gemm_ms(g: Gemm, hw: Hardware) -> float:
-    """A GEMM's time in a compiled step: padded by pad_mm where it pads it."""
+def compiled_gemm_ms(g: Gemm, hw: Hardware, made_in_graph: tuple[str, ...] = ()) -> float:
+    """A GEMM's time in a compiled step: padded by pad_mm where it pads it, else with
+    the operands Inductor lays out itself (``made_in_graph``) as it lays them out."""
     padded = pad_mm_padded(g, hw)
     if padded is None:
-        return gemm_ms(g, hw)
+        return gemm_ms(inductor_laid_out(g, made_in_graph, hw) or g, hw)
     return gemm_ms(padded[0], hw) + padded[1]
+
+
+def inductor_laid_out(g: Gemm, made_in_graph: tuple[str, ...], hw: Hardware) -> Gemm | None:
+    """``g`` as Inductor runs it when a transposed operand whose leading dimension
+    breaks the alignment rule is made in the same compiled graph (``made_in_graph``):
+    the op making it writes it in the other order, whose leading dimension is aligned.
+    Measured on an H100 (torch 2.11, ``benchmarks/pad_mm_decisions.py`` and
+    ``--verify --step``): pad_mm leaves the LM head's weight-gradient GEMM
+    (``dlogits^T @ x``) unpadded in BERT, RoBERTa and GPT-2 alike, yet fixing the
+    vocabulary gains nothing compiled in BERT (1.004-1.007x) and RoBERTa (0.995x),
+    whose loss is in the model's graph; GPT-2's loss is a graph of its own and there
+    the GEMM runs misaligned (4.28 ms, align1). None when nothing changes."""
+    align = hw.align_elems(g.dtype_bytes)
+
+    def laid_out(op: Operand, name: str) -> Operand:
+        if name in made_in_graph and op.transposed and op.ld % align and op.cols % align == 0:
+            return replace(op, transposed=False, ld=op.cols)
+        return op
+
+    a, b = laid_out(g.a, "a"), laid_out(g.b, "b")
+    return None if (a, b) == (g.a, g.b) else replace(g, a=a, b=b)
+
+
+#: the GEMM ops whose operands `transposed_made_in_graph` follows: 2-D, Linear layers'
+LAID_OUT_OPS = ("mm", "addmm")
+
+
+def transposed_made_in_graph(ops: Sequence[Op], gemms: Sequence[Gemm],
+                             breaks: Sequence[int]) -> dict[int, tuple[str, ...]]:
+    """See `Step.made_in_graph`. The graphs: the forward splits at each break; the
+    backward of the graphs after a break (the loss's) runs before the first backward
+    GEMM, the rest of the backward after it; a forward tensor reaches the backward
+    graph as a saved input."""
+    first_backward_gemm = next((i for i, op in enumerate(ops) if op.backward and op.kind in ("gemm", "attention")),
+                               len(ops))
+
+    def graph(i: int) -> tuple[bool, int]:
+        if not ops[i].backward:
+            return False, bisect.bisect_right(breaks, i)
+        return True, len(breaks) if breaks and i < first_backward_gemm else 0
+
+    made_by: dict[int, int] = {}
+    out: dict[int, tuple[str, ...]] = {}
+    for pos, op in enumerate(ops):
+        if op.kind == "gemm" and op.gemms:
+            operands = op.reads[-2:]  # mm(mat1, mat2), addmm(bias, mat1, mat2)
+            for i in op.gemms:
+                g = gemms[i]
+                if g.op.split(".")[0] not in LAID_OUT_OPS or len(operands) < 2:
+                    continue
+                names = tuple(name for name, (serial, _) in zip(("a", "b"), operands)
+                              if getattr(g, name).transposed and serial in made_by
+                              and ops[made_by[serial]].kind not in ("gemm", "attention")
+                              and graph(made_by[serial]) == graph(pos))
+                if names:
+                    out[i] = names
+        for serial, _ in op.writes:
+            made_by[serial] = pos
+    return out
 
 
 # -- torch.compile: fusion --------------------------------------------------------------
@@ -381,7 +453,7 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
         if i in gemm_times:
             return gemm_times[i]
         g = step.gemms[i]
-        return compiled_gemm_ms(g, hw) if mode == "compile" else gemm_ms(g, hw)
+        return compiled_gemm_ms(g, hw, step.made_in_graph.get(i, ())) if mode == "compile" else gemm_ms(g, hw)
 
     for op in step.ops:
         if op.kind == "attention" and op.gemms:
@@ -474,5 +546,5 @@ def side_ms(slices: Iterable[Slice], hw: Hardware, mode: Mode, training: bool) -
     return sum(slice_ms(s, hw, mode, training) for s in slices)
 
 
-__all__ = ["MODES", "Mode", "Step", "StepTime", "attention_ms", "compiled_gemm_ms", "fused_regions", "host_costs", "op_ms",
-           "optimizer_ms", "pad_mm_padded", "serialised_ms", "side_ms", "slice_ms", "step_time"]
+__all__ = ["MODES", "Mode", "Step", "StepTime", "attention_ms", "compiled_gemm_ms", "fused_regions", "host_costs",
+           "inductor_laid_out", "op_ms", "optimizer_ms", "pad_mm_padded", "serialised_ms", "side_ms", "slice_ms", "step_time"]
