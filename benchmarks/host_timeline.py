@@ -34,7 +34,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -218,22 +217,19 @@ def main() -> None:
     start = time.perf_counter()
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
-    run: list[tuple[str, Callable[[], dict[str, Any]]]] = []
     for mode in args.modes.split(","):
         for name in args.models.split(","):
-            run.append((f"{name}/{mode}", lambda n=name, m=mode: measure(
-                torch, transformers, n, m == "compile", args.steps, args.batch, args.seq, args.block)))
-    for label, fn in run:
-        if time.perf_counter() - start > args.budget_s:
-            skipped.append(label)
-            continue
-        row = fn()
-        rows.append(row)
-        print(summary(row), flush=True)
-        (out / "host_timeline.json").write_text(json.dumps({
-            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "argv": sys.argv[1:], "rows": rows, "skipped": skipped}, indent=1))
+            if time.perf_counter() - start > args.budget_s:
+                skipped.append(f"{name}/{mode}")
+                continue
+            row = measure(torch, transformers, name, mode == "compile", args.steps, args.batch, args.seq, args.block)
+            rows.append(row)
+            print(summary(row), flush=True)
+            (out / "host_timeline.json").write_text(json.dumps({
+                "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                "transformers": transformers.__version__,
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "argv": sys.argv[1:], "rows": rows, "skipped": skipped}, indent=1))
     if skipped:
         print("skipped (budget):", ", ".join(skipped))
 
