@@ -853,8 +853,8 @@ class Replayer:
         new_ops += ops[oi:]
         rec.shapes[:] = new_shapes  # type: ignore[assignment]
         rec.ops[:] = new_ops
-        rec.syncs[:] = [p + sum(n for at, n in inserted if at <= p) for p in rec.syncs]
-        rec.breaks[:] = [p + sum(n for at, n in inserted if at <= p) for p in rec.breaks]
+        for positions in (rec.syncs, rec.breaks):  # op positions move by the ops inserted before them
+            positions[:] = [p + sum(n for at, n in inserted if at <= p) for p in positions]
         # parameters the template's backward left without a gradient have none in a full trace either
         for r in self.replays:
             tparams = dict(r.template.member.module.named_parameters())
