@@ -800,7 +800,9 @@ def _audio(config: Any, batch: int, seq: int | None) -> torch.Tensor:
 
 
 #: model classes whose loss is over token labels shaped like their (decoder) input ids
-LANGUAGE_MODEL_HEADS = ("ForCausalLM", "ForMaskedLM", "LMHeadModel", "ForConditionalGeneration")
+#: (MarianMTModel is a ForConditionalGeneration by another name)
+LANGUAGE_MODEL_HEADS = ("ForCausalLM", "ForMaskedLM", "LMHeadModel", "ForConditionalGeneration", "MTModel",
+                        "WithLMHead")
 
 _MODALITIES: dict[str, Callable[[Any, int, int | None], torch.Tensor]] = {
     "input_ids": _token_ids,
