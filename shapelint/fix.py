@@ -39,7 +39,7 @@ from typing import Any
 
 from shapelint.errors import ShapelintError
 from shapelint.files import read_text
-from shapelint.locate import NOT_CONFIG_KEYS
+from shapelint.locate import NOT_CONFIG_KEYS, leaf
 from shapelint.physics.attention import HEAD_DIM_PARAMS, HEADS_PARAMS
 from shapelint.pipeline import Result, with_findings
 
@@ -162,11 +162,15 @@ def _locate(r: Result, f: Any, names: tuple[str, ...], value: int, new: str) -> 
     if r.config_file and r.kind == "hf-config":
         if src is None or src.file != r.config_file:
             raise _NotFixed(f"{value} is not the value of a key of {r.config_file}")
-        return (_json_edit(Path(src.file), src.line, names[0], value, new),)
+        together = f.fact("config_together") or []  # the same vocabulary under another key
+        return (_json_edit(Path(src.file), src.line, names[0], value, new),
+                *(_json_edit(Path(src.file), int(k["line"]), leaf(str(k["key"])), value, new) for k in together))
     if r.config_file and r.kind == "yaml":
-        edits = _yaml_edits(Path(r.config_file), src.line if src and src.file == r.config_file else None, value, new)
+        yaml_file = Path(r.config_file)
+        edits = _yaml_edits(yaml_file, src.line if src and src.file == r.config_file else None, value, new)
         if edits:
-            return edits
+            return edits + tuple(e for k in f.fact("config_together") or []
+                                 for e in _yaml_edits(yaml_file, int(k["line"]), value, new))
     if src is None:
         raise _NotFixed("shapelint knows no source line for this layer (an in-memory model, or built in a library)")
     path = Path(src.file)

@@ -45,11 +45,17 @@ CONFIG_SIZE_KEYS = (
 
 #: the keys each rule's kind of size is known by (before the generic size keys)
 RULE_KEYS: dict[str, tuple[str, ...]] = {
-    "SL501": ("vocab_size", "n_vocab", "padded_vocab_size"),
+    "SL501": ("vocab_size", "decoder_vocab_size", "n_vocab", "padded_vocab_size"),
     "SL301": ("head_dim", "d_kv", "kv_channels", "attention_head_size", "head_size", "v_head_dim",
               "qk_nope_head_dim", "qk_rope_head_dim", "num_attention_heads", "n_head", "num_heads"),
     "SL401": ("num_channels", "hidden_sizes", "conv_dim", "embedding_size", "hidden_size", "embed_dim"),
 }
+
+#: keys that declare one vocabulary: when several hold the size, they change together
+#: (Marian's published configs give ``vocab_size`` and ``decoder_vocab_size`` both 58101:
+#: the output layer is sized by the second, the shared embedding by the first, and tied
+#: weights need them equal)
+VOCAB_KEYS = frozenset({"vocab_size", "decoder_vocab_size", "n_vocab", "padded_vocab_size"})
 
 #: suggestions that change how the model is run, not a size in its config
 NOT_CONFIG_KEYS = frozenset({"batch", "dtype", "memory_format", "attention"})
@@ -86,6 +92,8 @@ class Explanation:
     per_gpu: bool = False
     derived: bool = False
     others: tuple[str, ...] = ()
+    #: keys edited to the same new value as ``keys[0]`` (one vocabulary declared twice)
+    together: tuple[str, ...] = ()
 
 
 def leaf(key: str) -> str:
@@ -141,9 +149,12 @@ def explain(value: int, parameter: str, code: str, module: str, keys: dict[str, 
         ranked = sorted(singles, key=place)
         best, per_gpu = ranked[0]
         tie = (per_gpu, _rank(best, parameter, code)[0], _scope(best, module))
+        together = tuple(k for k, p in ranked[1:] if code == "SL501" and p == per_gpu and leaf(best) in VOCAB_KEYS
+                         and leaf(k) in VOCAB_KEYS and leaf(k) != leaf(best))
         others = tuple(k for k, p in ranked[1:] if (p, _rank(k, parameter, code)[0], _scope(k, module)) == tie
-                       and leaf(k) != leaf(best))
-        return Explanation((best,), f"{leaf(best)} / tp {tp}" if per_gpu else leaf(best), per_gpu, False, others)
+                       and leaf(k) != leaf(best) and k not in together)
+        return Explanation((best,), f"{leaf(best)} / tp {tp}" if per_gpu else leaf(best), per_gpu, False, others,
+                           together)
     counts = [k for k in usable if COUNT_KEY.search(leaf(k))]
     widths = [k for k in usable if k not in counts and WIDTH_KEY.search(leaf(k))]
     found: list[tuple[int, int, str, str, str]] = []
@@ -273,6 +284,9 @@ def locate_in_config(f: Finding, config_keys: dict[str, tuple[int, int]], config
     facts: Facts = (("config_key", key), ("config_keys", used), ("config_formula", exp.formula))
     if exp.others:
         facts += (("config_also", [{"key": k, "line": config_keys[k][1]} for k in exp.others]),)
+    if exp.together:
+        facts += (("config_together", [{"key": k, "line": config_keys[k][1], "value": config_keys[k][0]}
+                                       for k in exp.together]),)
     suggestion = s
     if s is not None and not exp.derived:
         to = s.to * tp if exp.per_gpu and isinstance(s.to, int) else s.to

@@ -127,6 +127,49 @@ def test_bart_encoder_and_decoder_keys_go_to_their_own_stack(tmp_path: Path,
     at_key(only(findings, "SL101", "decoder.layers.*.fc1"), path, "decoder_ffn_dim", 12)
 
 
+#: opus-mt-en-de's config as published (both vocabulary keys), at one layer each
+MARIAN = """{
+  "architectures": ["MarianMTModel"],
+  "model_type": "marian",
+  "vocab_size": 58101,
+  "decoder_vocab_size": 58101,
+  "d_model": 64,
+  "encoder_layers": 1,
+  "decoder_layers": 1,
+  "encoder_attention_heads": 4,
+  "decoder_attention_heads": 4,
+  "encoder_ffn_dim": 128,
+  "decoder_ffn_dim": 128,
+  "max_position_embeddings": 64,
+  "pad_token_id": 58100,
+  "decoder_start_token_id": 58100,
+  "eos_token_id": 0,
+  "share_encoder_decoder_embeddings": true
+}
+"""
+
+
+def test_one_vocabulary_under_two_keys_is_changed_under_both(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Marian sizes its output layer by ``decoder_vocab_size`` and its shared embedding by
+    ``vocab_size``: padding one alone would leave the LM head misaligned (or untie it)."""
+    path = tmp_path / "marian" / "config.json"
+    path.parent.mkdir()
+    path.write_text(MARIAN)
+    f = only(lint(path, capsys, "--batch", "2", "--seq", "32"), "SL501", "lm_head")
+    at_key(f, path, "vocab_size", 4)
+    assert f["suggestion"] == {"parameter": "vocab_size", "from": 58101, "to": 58104}
+    assert f["details"]["config_together"] == [{"key": "decoder_vocab_size", "line": 5, "value": 58101}]
+    assert "config_also" not in f["details"]
+    _, out, _ = run([path, "--min-step-share", "0", "--batch", "2", "--seq", "32"], capsys)
+    assert "with decoder_vocab_size (line 5): the same vocabulary, changed with it" in out
+    _, out, _ = run([path, "--min-step-share", "0", "--batch", "2", "--seq", "32", "--diff", "--unsafe-fixes"],
+                    capsys)
+    assert '-  "vocab_size": 58101,\n-  "decoder_vocab_size": 58101,\n+  "vocab_size": 58104,\n' \
+           '+  "decoder_vocab_size": 58104,' in out
+    assert path.read_text() == MARIAN  # --diff writes nothing
+
+
 def test_clip_key_of_the_modules_own_sub_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = variant(tmp_path, "clip-vit-base-patch32", intermediate_size=2047)  # text_config's (line 16)
     f = only(lint(path, capsys), "SL101", "text_model.encoder.layers.*.mlp.fc1")

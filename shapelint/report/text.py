@@ -63,6 +63,10 @@ def config_context(f: Finding) -> list[str]:
     if isinstance(keys, list) and formula and (len(keys) > 1 or " / tp" in str(formula)):
         values = ", ".join(f"{k['key']} = {k['value']} (line {k['line']})" for k in keys)
         out.append(f"set by {formula}: {values}")
+    together = f.fact("config_together")
+    if isinstance(together, list) and together:
+        out.append("with " + ", ".join(f"{k['key']} (line {k['line']})" for k in together)
+                   + ": the same vocabulary, changed with it")
     also = f.fact("config_also")
     if isinstance(also, list) and also:
         out.append("as are (same value): " + ", ".join(f"{k['key']} (line {k['line']})" for k in also))
