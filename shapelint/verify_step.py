@@ -309,8 +309,21 @@ def _dynamo_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+def forget_warnings_once() -> None:
+    """Each variant compiles as it would in a fresh process: transformers warns some
+    things once per process (``logger.warning_once``, GPT-2's ``loss_type`` warning),
+    dynamo breaks the graph at a warning, and the second variant of one process must
+    not compile without a break the first had for the warning alone."""
+    module = sys.modules.get("transformers.utils.logging")
+    clear = getattr(getattr(module, "warning_once", None), "cache_clear", None)
+    if callable(clear):
+        clear()
+
+
 def warm(t: Trainer, device: str, warmup: int, compiled: bool) -> None:
     """The first step (compiling, under torch.compile) and ``warmup`` more, untimed."""
+    if compiled:
+        forget_warnings_once()
     graphs = _dynamo_graphs()
     start = time.perf_counter()
     t.step()
@@ -497,13 +510,32 @@ def slice_padded_logits(built: Built, findings: Sequence[Finding]) -> tuple[str,
             continue
         name, module = head
         module.register_forward_hook(lambda _m, _i, out, keep=vocab: out[..., :keep])
+        _slice_logits_bias(built.model, s.to, vocab)
         config = getattr(built.model, "config", None)
         if config is not None:
             text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
-            if getattr(text, "vocab_size", None) == s.to:
-                text.vocab_size = vocab
+            for key in VOCAB_SIZE_KEYS:
+                if getattr(text, key, None) == s.to:
+                    setattr(text, key, vocab)
         done.append(name)
     return tuple(done)
+
+
+#: config attributes a Hugging Face loss reads the vocabulary from (Marian's loss reads
+#: ``decoder_vocab_size``)
+VOCAB_SIZE_KEYS = ("vocab_size", "decoder_vocab_size")
+#: buffers a model adds to its output layer's logits (the BART family: BART, mBART,
+#: Marian, Pegasus, Blenderbot add ``final_logits_bias`` of shape (1, vocab_size))
+LOGITS_BIASES = ("final_logits_bias",)
+
+
+def _slice_logits_bias(model: torch.nn.Module, padded: int, vocab: int) -> None:
+    """A bias the model adds to the sliced logits is sliced with them: the padded rows of
+    ``final_logits_bias`` go with the padded logits."""
+    for name in LOGITS_BIASES:
+        bias = model._buffers.get(name)
+        if isinstance(bias, torch.Tensor) and bias.shape[-1] == padded:
+            model.register_buffer(name, bias[..., :vocab].clone())
 
 
 def _output_layer(model: torch.nn.Module, f: Finding, padded: int) -> tuple[str, torch.nn.Module] | None:
