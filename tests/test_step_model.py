@@ -19,7 +19,7 @@ from shapelint.capture import AUTOCAST_PRECISIONS, Capture, capture, compile_bui
 from shapelint.load import load
 from shapelint.physics.attention import AttentionCall, compiled_call, gpu_kernel, math_kernel
 from shapelint.pipeline import trace
-from shapelint.price import StepModel, best_after
+from shapelint.price import StepModel, _inductor_note, best_after
 from shapelint.price.gemm import gemm_ms, work_ms
 from shapelint.price.step import (
     Step,
@@ -283,6 +283,25 @@ def test_inductor_lays_out_a_transposed_operand_made_in_its_graph() -> None:
     assert compiled_gemm_ms(two.gemms[1], H100, two.made_in_graph.get(1, ())) == gemm_ms(two.gemms[1], H100)
     # an aligned operand needs nothing
     assert inductor_laid_out(_head_step(50264, loss_break=False).gemms[1], ("a",), H100) is None
+
+
+def test_a_compiled_finding_says_what_inductor_does_itself(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    # BERT's loss is in the model's graph: pad_mm pads the forward and input-gradient GEMMs
+    # of the LM head, and the weight gradient's dlogits is written aligned (measured 1.004-1.012x)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "bert", "num_hidden_layers": 1, "hidden_size": 768,
+                                "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 30522,
+                                "max_position_embeddings": 512, "architectures": ["BertForMaskedLM"]}))
+    code, out, _ = run([str(path), "--format", "json", "--compile", "--min-step-share", "0", "--batch", "8",
+                        "--seq", "512"], capsys)
+    (f,) = json.loads(out)["findings"]
+    assert f["step_note"] == ("under torch.compile, Inductor's pad_mm pads 2 of these 3 GEMMs itself, and Inductor "
+                              "writes the transposed operand of the other in an aligned layout; this is what remains")
+    assert f["step_ms_saved"] < 0.01
+    assert _inductor_note(0, 1, 1) == "Inductor writes the transposed operand of this GEMM in an aligned layout"
+    assert _inductor_note(1, 1, 3) == ("Inductor's pad_mm pads 1 of these 3 GEMMs itself, and Inductor writes the "
+                                       "transposed operand of 1 of these 3 GEMMs in an aligned layout")
+    assert _inductor_note(3, 0, 3) == "Inductor's pad_mm pads these GEMMs itself"
 
 
 def test_hugging_face_loss_without_a_loss_type_breaks_the_graph(tmp_path) -> None:

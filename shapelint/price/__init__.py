@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from shapelint.hardware import Hardware
 from shapelint.physics.reshape import candidates, smaller
 from shapelint.price.gemm import gemm_ms, work_ms
-from shapelint.price.step import Mode, Step, StepTime, pad_mm_padded, side_ms, step_time
+from shapelint.price.step import Mode, Step, StepTime, inductor_laid_out, pad_mm_padded, side_ms, step_time
 from shapelint.records import (
     Alternative,
     Change,
@@ -90,6 +90,20 @@ def price(proposals: Iterable[Proposal], gemms: Sequence[Gemm], hw: Hardware,
     return sorted(kept, key=lambda f: -f.saved_ms)
 
 
+def _inductor_note(padded: int, laid_out: int, total: int) -> str:
+    """What Inductor does itself to ``total`` GEMMs of a finding: pads ``padded`` of them
+    (pad_mm) and writes a transposed operand of ``laid_out`` in an aligned layout
+    (`inductor_laid_out`)."""
+    def some(n: int) -> str:
+        return ("these GEMMs" if total > 1 else "this GEMM") if n == total else f"{n} of these {total} GEMMs"
+    parts = [f"Inductor's pad_mm pads {some(padded)} itself"] if padded else []
+    if laid_out:
+        which = ("the other" if laid_out == 1 else f"the other {laid_out}") if padded and padded + laid_out == total \
+            else some(laid_out)
+        parts.append(f"Inductor writes the transposed operand of {which} in an aligned layout")
+    return ", and ".join(parts)
+
+
 class StepModel:
     """The training step a finding is priced on (``shapelint.price.step``)."""
 
@@ -113,9 +127,10 @@ class StepModel:
         gpu_saved = self.before.gpu_ms - after.gpu_ms
         note = ""
         padded = sum(1 for i in f.gemms if pad_mm_padded(self.step.gemms[i], self.hw))
-        if self.mode == "compile" and padded:
-            which = "these GEMMs" if padded == len(f.gemms) else f"{padded} of these {len(f.gemms)} GEMMs"
-            note = f"under torch.compile, Inductor's pad_mm pads {which} itself; this is what remains"
+        laid_out = sum(1 for i in f.gemms if not pad_mm_padded(self.step.gemms[i], self.hw) and inductor_laid_out(
+            self.step.gemms[i], self.step.made_in_graph.get(i, ()), self.hw))
+        if self.mode == "compile" and (padded or laid_out):
+            note = f"under torch.compile, {_inductor_note(padded, laid_out, len(f.gemms))}; this is what remains"
         elif self.mode == "compile" and any(dict(self.step.gemms[i].extra).get("compiled") == "math" for i in f.gemms):
             note = ("under torch.compile, transformers passes this attention a mask and PyTorch runs its math "
                     "kernel (fp32 scores in memory); after the change a fused kernel takes the mask")
