@@ -240,6 +240,27 @@ def test_pad_mm_pads_misaligned_compute_bound_gemms_only() -> None:
     assert pad_mm_padded(replace(fwd, m=1), H100) is None
 
 
+def test_pad_mm_decides_on_the_eager_pad_and_runs_inductors() -> None:
+    # GPT-2 medium's LM head (hidden 1024): the weight gradient dlogits^T @ x has a transposed
+    # operand (ld 50257). pad_mm times the eager constant_pad_nd, a slow transposing copy
+    # (0.143 of the bandwidth), and still pads; the pad it runs is an Inductor kernel (0.906)
+    cap, _ = trace(lambda: (nn.Linear(1024, 50257, bias=False), torch.randn(8192, 1024, requires_grad=True)),
+                   precision="bf16")
+    dw = next(g for g in cap.gemms if g.phase == "grad_weight")
+    assert (dw.m, dw.k, dw.n, dw.a.transposed, dw.a.ld) == (50257, 8192, 1024, True, 50257)
+    padded, copies = pad_mm_padded(dw, H100) or (None, 0.0)
+    assert padded is not None and (padded.m, padded.k, padded.n) == (50264, 8192, 1024)
+    nbytes = 2 * 50257 * 8192 * 2
+    st = H100.step
+    assert copies == memory_kernel_ms(nbytes, st.elementwise_efficiency, H100)  # about 0.54 ms
+    timed = memory_kernel_ms(nbytes, st.transpose_copy_efficiency, H100)  # about 3.4 ms
+    assert gemm_ms(dw, H100) > 1.1 * (gemm_ms(padded, H100) + timed)
+    # GPT-2 small's (hidden 768): the eager pad costs as much as it saves, and pad_mm leaves
+    # it (measured 4.23 ms against 4.23 padded, benchmarks/pad_mm_decisions.py)
+    small = _head_step(50257, loss_break=True).gemms[1]
+    assert small.phase == "grad_weight" and pad_mm_padded(small, H100) is None
+
+
 class _Head(nn.Module):
     """An LM head and its loss, optionally behind a graph break (as GPT-2's is in transformers 5)."""
 
