@@ -362,6 +362,18 @@ def test_the_reports_carry_the_step_verification(gpt2: Result) -> None:
             "(1.20×): confirmed\n") in out.getvalue()
 
 
+def test_the_text_says_how_many_graphs_the_first_model_compiled_to() -> None:
+    # measured: Marian compiled to 8 graphs; the padded copy reused 7 of them (H100, torch 2.11)
+    v = {"device": "NVIDIA H100 80GB HBM3", "mode": "compile", "est_ms": 44.1, "est_ms_after": 44.1,
+         "est_speedup": 1.0, "measured_ms": 62.6, "measured_ms_after": 62.6, "measured_speedup": 1.0,
+         "threshold": 1.105, "confirmed": False, "graphs": {"before": 8, "after": 1}, "findings": [],
+         "per_finding": "the only finding: all at once", "not_applied": []}
+    lines = vs.report_lines(v)
+    assert lines[1:] == ["  torch.compile broke the forward into 8 graphs (eager code runs between them; "
+                         "shapelint prices a graph break only at a Hugging Face loss)"]
+    assert vs.report_lines({**v, "graphs": {"before": 1, "after": 1}})[1:] == []
+
+
 # -- on a GPU -------------------------------------------------------------------------------
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
