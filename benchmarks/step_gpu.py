@@ -229,12 +229,15 @@ def build_model(torch, transformers, section: str, variant: str, device: str, is
     auto = (transformers.AutoModelForMaskedLM if spec["auto"] == "masked"
             else transformers.AutoModelForCausalLM)
     torch.manual_seed(0)
+    # SDPA where transformers has it for the class, else its eager attention (MPNet), as
+    # shapelint.load builds it
+    attn = "sdpa" if getattr(auto._model_mapping[type(config)], "_supports_sdpa", True) else "eager"
     try:
         with torch.device(device):
-            model = auto.from_config(config, attn_implementation="sdpa")
+            model = auto.from_config(config, attn_implementation=attn)
     except Exception as e:
         log(f"  build on {device} failed ({e!r}); building on CPU and moving")
-        model = auto.from_config(config, attn_implementation="sdpa").to(device)
+        model = auto.from_config(config, attn_implementation=attn).to(device)
     model = model.float().to(device).train()
     info = {"config": cfg, "loss_mode": loss_mode,
             "attn_implementation": getattr(model.config, "_attn_implementation", None),

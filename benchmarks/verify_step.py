@@ -20,6 +20,8 @@ unless stated.
     python benchmarks/verify_step.py --out $OUT --models gpt2,bert,llama,opt,qwen2 --modes eager --budget-s 520
     python benchmarks/verify_step.py --device cpu --tiny --out /tmp/vstep     # smoke run, tiny configs
     python benchmarks/verify_step.py --table A/verify_step.json B/verify_step.json   # print saved runs' tables
+    python benchmarks/verify_step.py --rescore docs/data/verify_step_h100_*.json --out /tmp/r   # every saved
+        # run priced by the step model as it is now (CPU): writes /tmp/r/verify_rescore.json
 
 Each result is written to OUT/verify_step.json as soon as it exists (a timeout keeps
 what was done); the table is printed last. Runs as `python benchmarks/verify_step.py`
@@ -311,6 +313,66 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def rescore(files: list[str], gpu: str | None) -> tuple[str, list[dict[str, Any]]]:
+    """The recorded runs of ``files`` priced by the step model as it is now (CPU, no GPU):
+    each record's config linted again in its mode and size, on the profile it was
+    estimated on, the findings it applied matched by code, module and suggestion; its
+    estimate then, now, and the measurement. Changing the model and rescoring every
+    earlier run shows what the change does to every row, not only the one it targets."""
+    from shapelint import hardware
+    from shapelint.check import builtin_rules
+    from shapelint.pipeline import Options, lint_target
+    from shapelint.price import Policy
+
+    out = ["| run | model | mode | applied | measured ms | est. then | est. now | error now | measured × | "
+           "est. × then | est. × now | speedup error now |", "|" + "---|" * 12]
+    abs_ok = speed_ok = abs_n = speed_n = 0
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="verify-step-rescore-") as folder:
+        for file in files:
+            doc = json.loads(Path(file).read_text())
+            run = Path(file).stem.removeprefix("verify_step_")
+            for rec in doc.get("records", []):
+                v = rec["step_verification"]
+                path = Path(folder) / run / rec["model"] / rec["mode"] / "config.json"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(rec["config"], indent=2) + "\n")
+                hw = hardware.resolve(gpu or rec.get("profile") or "h100")
+                opts = Options(batch=rec["batch"], seq=rec["seq"], compile=rec["mode"] == "compile",
+                               dtype=rec.get("precision"), policy=Policy(min_step_share=0.0))
+                r = lint_target(path, opts, hw, builtin_rules())
+                assert r.step_time is not None and r.step_model is not None
+                wanted = {(e["code"], e["module"], json.dumps(e["suggestion"], sort_keys=True)) for e in v["findings"]}
+                applied = [f for f in r.findings if (f.code, f.module, json.dumps(
+                    f.suggestion.to_json() if f.suggestion else None, sort_keys=True)) in wanted]
+                now, measured = r.step_time.ms, v["measured_ms"]
+                after_now = r.step_model.after(applied).ms if applied else None
+                sp_now = now / after_now if after_now and v.get("measured_speedup") else None
+                err = _error(now, measured)
+                sp_err = _error(sp_now, v.get("measured_speedup"))
+                abs_n += 1
+                abs_ok += err is not None and abs(err) <= 0.25
+                if sp_err is not None:
+                    speed_n += 1
+                    speed_ok += abs(sp_err) <= 0.10
+                what = ", ".join(f"{e['code']} {e['suggestion']['from']}→{e['suggestion']['to']}"
+                                 for e in v["findings"] if e.get("suggestion")) or "none"
+                if v["findings"] and len(applied) != len(v["findings"]):
+                    what += " (not all found now)"
+                out.append(f"| {run} | {rec['model']} | {rec['mode']} | {what} | {_f(measured, '.1f')} "
+                           f"| {_f(v['est_ms'], '.1f')} | {_f(now, '.1f')} | {_pct(err)} "
+                           f"| {_f(v.get('measured_speedup'), '.3f')} "
+                           f"| {_f(v['est_speedup'] if v.get('measured_speedup') else None, '.3f')} "
+                           f"| {_f(sp_now, '.3f')} | {_pct(sp_err)} |")
+                rows.append({"run": run, "model": rec["model"], "mode": rec["mode"], "applied": what,
+                             "measured_ms": measured, "est_ms_then": v["est_ms"], "est_ms_now": round(now, 3),
+                             "error_now": err, "measured_speedup": v.get("measured_speedup"),
+                             "est_speedup_now": sp_now, "speedup_error_now": sp_err})
+                log(f"rescored {run} {rec['model']} {rec['mode']}: {now:.1f} ms (measured {measured:.1f})")
+    out.append(f"\nsteps within 25%: {abs_ok} of {abs_n}; speedups within 10%: {speed_ok} of {speed_n}")
+    return "\n".join(out), rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "verify_step_out"))
@@ -334,7 +396,18 @@ def main() -> int:
                     help="measure how fast this machine's host issues a step first (shapelint calibrate's probe) "
                          "and give each estimate at that speed too")
     ap.add_argument("--table", nargs="+", metavar="FILE", help="print the table of saved result files and exit")
+    ap.add_argument("--rescore", nargs="+", metavar="FILE",
+                    help="price the recorded runs of saved result files with the step model as it is now (CPU) "
+                         "and print estimate then, now and measured")
     args = ap.parse_args()
+    if args.rescore:
+        importable_rules()
+        text, rows = rescore(args.rescore, args.gpu)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "verify_rescore.json").write_text(json.dumps({"files": args.rescore, "rows": rows}, indent=1))
+        print(text)
+        return 0
     if args.table:
         for file in args.table:
             print(table(json.loads(Path(file).read_text())) + "\n")
