@@ -236,7 +236,7 @@ def pad_mm_padded(g: Gemm, hw: Hardware) -> tuple[Gemm, float] | None:
     transposing copy like any of its fused kernels (``elementwise_efficiency``): GPT-2
     medium's LM head, whose three GEMMs pad_mm pads, measured 1.008x compiled for its
     vocabulary fix (H100, 2026-11-25), where pricing the executed copy at the eager
-    rate gave 1.064x, and 1.017x at Inductor's."""
+    rate gave 1.064x, and gives 1.012x at Inductor's."""
     align = PAD_MM_ALIGN.get(g.dtype_bytes)
     if align is None or g.op.split(".")[0] not in PAD_MM_OPS or g.role not in ("", "after_softmax"):
         return None
