@@ -226,6 +226,34 @@ def test_a_config_target_verified_with_exact_numbers(gpt2: Result, folders: dict
     assert list(scratch.iterdir()) == []  # and the copies are gone
 
 
+def test_a_saved_run_is_rescored_by_the_model_as_it_is_now(gpt2: Result, folders: dict[str, Path],
+                                                          scratch: Path, tmp_path: Path) -> None:
+    """benchmarks/verify_step.py --rescore: a saved record's config linted again gives the
+    same estimate, priced against what was measured then."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "verify_step_bench", Path(__file__).resolve().parent.parent / "benchmarks" / "verify_step.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    v = vs.verify_result(gpt2, vs.RunOptions(device="cpu", schedule=SMALL, timer=Scripted({"before": 10.0,
+                                                                                          "after": 8.0})))
+    record = {"model": "gpt2", "mode": "eager", "batch": 2, "seq": 128, "profile": "h100", "precision": "tf32",
+              "config": GPT2, "step_verification": {**v, "est_ms": 99.0}}
+    saved = tmp_path / "verify_step_cpu_run.json"
+    saved.write_text(json.dumps({"records": [record]}))
+    text, (row,) = bench.rescore([str(saved)], None)
+    after = gpt2.step_model.after(gpt2.findings).ms
+    assert row["est_ms_then"] == 99.0 and row["est_ms_now"] == round(gpt2.step_time.ms, 3)
+    assert row["measured_ms"] == 10.0 and row["measured_speedup"] == 1.25
+    assert row["est_speedup_now"] == pytest.approx(gpt2.step_time.ms / after)
+    assert row["speedup_error_now"] == pytest.approx(gpt2.step_time.ms / after / 1.25 - 1)
+    assert row["applied"] == "SL501 5001→5004"
+    assert text.endswith(f"steps within 25%: {int(abs(row['error_now']) <= 0.25)} of 1; "
+                         f"speedups within 10%: {int(abs(row['speedup_error_now']) <= 0.10)} of 1")
+
+
 def test_a_suggestion_set_that_does_not_measure_faster_is_not_confirmed(gpt2: Result, scratch: Path) -> None:
     timer = Scripted({"before": [10.0, 10.2], "after": [10.1, 9.9]})
     v = vs.verify_result(gpt2, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer))
