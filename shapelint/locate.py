@@ -55,7 +55,7 @@ RULE_KEYS: dict[str, tuple[str, ...]] = {
 #: (Marian's published configs give ``vocab_size`` and ``decoder_vocab_size`` both 58101:
 #: the output layer is sized by the second, the shared embedding by the first, and tied
 #: weights need them equal)
-VOCAB_KEYS = frozenset({"vocab_size", "decoder_vocab_size", "n_vocab", "padded_vocab_size"})
+VOCAB_KEYS = frozenset(RULE_KEYS["SL501"])
 
 #: suggestions that change how the model is run, not a size in its config
 NOT_CONFIG_KEYS = frozenset({"batch", "dtype", "memory_format", "attention"})

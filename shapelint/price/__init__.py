@@ -126,11 +126,11 @@ class StepModel:
         after = self.after([f])
         gpu_saved = self.before.gpu_ms - after.gpu_ms
         note = ""
-        padded = sum(1 for i in f.gemms if pad_mm_padded(self.step.gemms[i], self.hw))
-        laid_out = sum(1 for i in f.gemms if not pad_mm_padded(self.step.gemms[i], self.hw) and inductor_laid_out(
+        padded = {i for i in f.gemms if pad_mm_padded(self.step.gemms[i], self.hw)}
+        laid_out = sum(1 for i in f.gemms if i not in padded and inductor_laid_out(
             self.step.gemms[i], self.step.made_in_graph.get(i, ()), self.hw))
         if self.mode == "compile" and (padded or laid_out):
-            note = f"under torch.compile, {_inductor_note(padded, laid_out, len(f.gemms))}; this is what remains"
+            note = f"under torch.compile, {_inductor_note(len(padded), laid_out, len(f.gemms))}; this is what remains"
         elif self.mode == "compile" and any(dict(self.step.gemms[i].extra).get("compiled") == "math" for i in f.gemms):
             note = ("under torch.compile, transformers passes this attention a mask and PyTorch runs its math "
                     "kernel (fp32 scores in memory); after the change a fused kernel takes the mask")
