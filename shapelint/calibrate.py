@@ -293,7 +293,8 @@ def host_table(hw: Hardware, eager_speed: float, compile_speed: float | None) ->
            "host_us_per_tensor": round(st.host_us_per_tensor * eager_speed, 2)}
     if compile_speed is not None:
         out.update({"compile_host_us_per_kernel": round(st.compile_host_us_per_kernel * compile_speed, 2),
-                    "compile_host_us_per_tensor": round(st.compile_host_us_per_tensor * compile_speed, 2)})
+                    "compile_host_us_per_tensor": round(st.compile_host_us_per_tensor * compile_speed, 2),
+                    "compile_host_us_per_graph": round(st.compile_host_us_per_graph * compile_speed, 2)})
     return out
 
 

@@ -56,6 +56,11 @@ class StepProfile:
     #: launch; the graphs take every parameter as an input and give back its gradient
     compile_host_us_per_kernel: float
     compile_host_us_per_tensor: float
+    #: ... and this per compiled graph a step calls beyond one forward and one backward
+    #: graph (dynamo's graph breaks: each graph's guards, its AOTAutograd wrapper, its
+    #: autograd node), microseconds; the ops run eagerly between graphs cost
+    #: ``host_us_per_kernel`` each
+    compile_host_us_per_graph: float
     #: fraction of a fused attention kernel's rate kept when it applies an explicit mask
     #: (it then computes every score tile: no causal skipping); 1 where not measured
     masked_attention_efficiency: float

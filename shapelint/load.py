@@ -42,6 +42,7 @@ from shapelint.capture import (
     note_host_sync,
     user_frame_source,
 )
+from shapelint.compile_probe import PROBE_TOKENS, GraphBreaks, probe_hf
 from shapelint.errors import ShapelintError, one_line
 from shapelint.files import check_regular, parse_json, parse_yaml, read_text
 from shapelint.locate import json_int_keys
@@ -71,6 +72,9 @@ class Loaded:
     #: for config files: key -> (value, line) of every integer setting
     config_keys: dict[str, tuple[int, int]] = field(default_factory=dict)
     config_file: str | None = None
+    #: where torch.compile would break the step into graphs (``shapelint.compile_probe``),
+    #: found when asked (it runs the model on the CPU): Hugging Face configs only
+    compile_probe: Callable[[], GraphBreaks | None] | None = field(default=None, repr=False)
 
 
 def target_kind(path: Path) -> str:
@@ -597,7 +601,27 @@ def _build_hf(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | 
     meta_to_fake(model, mode)
     with mode, torch.device("cpu"):
         inputs = _hf_inputs(model, config, where, batch or DEFAULT_BATCH, seq)
-    return Loaded(where, "hf-config", model, inputs, mode, defined_at)
+    return Loaded(where, "hf-config", model, inputs, mode, defined_at,
+                  compile_probe=lambda: probe_hf_graph_breaks(transformers, config, where, doc))
+
+
+def probe_hf_graph_breaks(transformers: Any, config: Any, where: str, doc: dict[str, Any]) -> GraphBreaks | None:
+    """The config's compiled step's graphs (``shapelint.compile_probe``), on real CPU
+    tensors: weights constant (no initialisation to pay for; no value of theirs decides
+    a branch), one sequence of ``PROBE_TOKENS`` tokens. None where it cannot run."""
+    def build(cut: Any) -> tuple[torch.nn.Module, dict[str, Any]]:
+        with _no_init_weights(transformers):
+            model = _hf_model(transformers, cut, where, doc, initialise=True)
+        if not any(p.is_meta for p in model.parameters()):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.fill_(0.02)
+        return model, _hf_inputs(model, cut, where, 1, PROBE_TOKENS)
+
+    try:
+        return probe_hf(config, build)
+    except Exception:  # noqa: BLE001 - a model dynamo cannot run is priced as one graph
+        return None
 
 
 def _build_hf_real(doc: dict[str, Any], where: str, batch: int | None, seq: int | None, device: str,

@@ -150,7 +150,8 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
         tp=tp,
     )
     compiled = opts.compile if opts.compile is not None else bool(loaded.settings.get("compile", False))
-    step_of_capture = Step(cap.gemms, cap.ops, cap.params, training, cap.syncs, cap.breaks)
+    graphs = loaded.compile_probe() if compiled and loaded.compile_probe is not None else None
+    step_of_capture = Step(cap.gemms, cap.ops, cap.params, training, cap.syncs, cap.breaks, graphs)
     model = StepModel(step_of_capture, hw, "compile" if compiled else "eager", opts.optimizer or str(default("optimizer")))
     findings = price(run_rules(rules, cap.gemms, hw, ctx), cap.gemms, hw, opts.policy, on=model)
     if loaded.config_file:

@@ -455,3 +455,30 @@ class Finding:
 
 def _round(x: float | None, digits: int = 4) -> float | None:
     return None if x is None else round(x, digits)
+
+
+@dataclass(frozen=True)
+class GraphBreaks:
+    """What torch.compile makes of one training step (``shapelint.compile_probe``): the
+    compiled graphs it calls and the ops it runs eagerly between them."""
+
+    #: compiled graphs called per step, forward and backward
+    forward_graphs: int
+    backward_graphs: int
+    #: ATen ops (views apart) the step runs outside every compiled graph, forward and backward
+    eager_ops: int
+    #: why dynamo broke the graph (its own words, first line), the first few
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def breaks(self) -> int:
+        return max(self.forward_graphs - 1, 0)
+
+    @property
+    def extra_graphs(self) -> int:
+        """Graphs called beyond one forward and one backward graph."""
+        return max(self.forward_graphs - 1, 0) + max(self.backward_graphs - 1, 0)
+
+    def to_json(self) -> dict[str, object]:
+        return {"forward_graphs": self.forward_graphs, "backward_graphs": self.backward_graphs,
+                "eager_ops": self.eager_ops, "reasons": list(self.reasons)}

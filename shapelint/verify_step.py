@@ -699,6 +699,9 @@ def _report(r: Result, opts: RunOptions, applied: list[tuple[Finding, dict[Path,
         "blocks": opts.schedule.rounds, "steps_per_block": opts.schedule.steps, "warmup": opts.schedule.warmup,
         "compile_s": {"before": before_info.get("compile_s")}, "graphs": {"before": before_info.get("graphs")},
     }
+    probed = r.step_model.step.graphs
+    if compiled:
+        out["probed_graphs"] = probed.to_json() if probed is not None else None
     after = results.get("after")
     if after is None:  # nothing applied: the step's absolute time alone
         s: Samples = results["before"]["samples"]
@@ -805,8 +808,11 @@ def report_lines(v: dict[str, Any]) -> list[str]:
                          + (f" ({e['error']})" if e.get("error") else ""))
     graphs = (v.get("graphs") or {}).get("before")
     if graphs and graphs > 1:  # the first model compiles every graph of its step; later ones reuse some
-        lines.append(f"  torch.compile broke the forward into {graphs} graphs (eager code runs between them; "
-                     f"shapelint prices a graph break only at a Hugging Face loss)")
+        probed = v.get("probed_graphs")
+        priced = (f"the estimate prices the {probed['forward_graphs']} + {probed['backward_graphs']} graph calls "
+                  f"a step makes and {probed['eager_ops']} eager ops, as shapelint's probe found them"
+                  if probed else "shapelint did not probe this model's graphs: priced as one graph")
+        lines.append(f"  torch.compile broke the forward into {graphs} graphs ({priced})")
     if v["per_finding"] not in ("measured", "the only finding: all at once"):
         lines.append(f"  per finding: {v['per_finding']}")
     for n in v["not_applied"]:

@@ -190,7 +190,8 @@ def test_calibrate_scales_the_host_costs_by_the_measured_speed() -> None:
 
     table = host_table(H100, 0.8, 1.25)
     assert table == {"host_us_per_kernel": 27.2, "host_us_per_tensor": 36.8,
-                     "compile_host_us_per_kernel": 5.0, "compile_host_us_per_tensor": 200.0}
+                     "compile_host_us_per_kernel": 5.0, "compile_host_us_per_tensor": 200.0,
+                     "compile_host_us_per_graph": 312.5}
     assert set(host_table(H100, 1.0, None)) == {"host_us_per_kernel", "host_us_per_tensor"}
 
 

@@ -397,8 +397,13 @@ def test_the_text_says_how_many_graphs_the_first_model_compiled_to() -> None:
          "threshold": 1.105, "confirmed": False, "graphs": {"before": 8, "after": 1}, "findings": [],
          "per_finding": "the only finding: all at once", "not_applied": []}
     lines = vs.report_lines(v)
-    assert lines[1:] == ["  torch.compile broke the forward into 8 graphs (eager code runs between them; "
-                         "shapelint prices a graph break only at a Hugging Face loss)"]
+    assert lines[1:] == ["  torch.compile broke the forward into 8 graphs (shapelint did not probe this model's "
+                         "graphs: priced as one graph)"]
+    # with the probe's counts (transformers 5.17: 19 + 13 graph calls a step)
+    probed = {"forward_graphs": 19, "backward_graphs": 13, "eager_ops": 61, "reasons": ["Data-dependent branching"]}
+    assert vs.report_lines({**v, "probed_graphs": probed})[1:] == [
+        "  torch.compile broke the forward into 8 graphs (the estimate prices the 19 + 13 graph calls a step "
+        "makes and 61 eager ops, as shapelint's probe found them)"]
     assert vs.report_lines({**v, "graphs": {"before": 1, "after": 1}})[1:] == []
 
 

@@ -20,6 +20,10 @@ and its ``step`` table):
     host time         kernels · host_us_per_kernel + parameter tensors · host_us_per_tensor
                       (training); the CPU issuing the step (compile_host_* under
                       torch.compile, where the per-tensor part dominates: ``host_costs``)
+    graph breaks      under torch.compile, where dynamo splits the step into more graphs
+                      (``shapelint.compile_probe`` runs the model to find them): the ops
+                      between the graphs eager, and compile_host_us_per_graph of host
+                      time per graph beyond one forward and one backward graph
     step              max(GPU time, host time); in eager mode, where the host reads a
                       value from the GPU inside the step (transformers' packed-sequence
                       check in a causal LM's forward), the timeline of host and GPU
@@ -63,7 +67,7 @@ from shapelint.hardware import Hardware
 from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, head_dim, math_kernel
 from shapelint.physics.reshape import set_dim
 from shapelint.price.gemm import CAUSAL_WORK, gemm_ms, work_ms
-from shapelint.records import Gemm, Op, Operand, Slice
+from shapelint.records import Gemm, GraphBreaks, Op, Operand, Slice
 
 Mode = Literal["eager", "compile"]
 MODES: tuple[Mode, ...] = ("eager", "compile")
@@ -102,6 +106,9 @@ class StepTime:
     by_class: tuple[tuple[str, float], ...] = ()
     #: times the host waits for the GPU inside the step (eager: a value read on the host)
     syncs: int = 0
+    #: host time of the graphs beyond one forward and one backward graph and of the ops
+    #: run eagerly between them (``between_graphs``; compile mode, where probed)
+    graphs_host_ms: float = 0.0
 
     @property
     def bound(self) -> str:
@@ -133,6 +140,9 @@ class Step:
     syncs: tuple[int, ...] = ()
     #: positions in ``ops`` where torch.compile's graph breaks (``shapelint.capture.note_graph_break``)
     breaks: tuple[int, ...] = ()
+    #: the graphs torch.compile calls and the ops it runs eagerly between them, where
+    #: probed (``shapelint.compile_probe``); None: one forward and one backward graph
+    graphs: GraphBreaks | None = None
 
     @cached_property
     def regions(self) -> list[Fused]:
@@ -480,6 +490,11 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
             launched = region.kernels(hw)
             add("fused", max(memory_kernel_ms(region.bytes, hw.step.elementwise_efficiency, hw),
                              launched * hw.step.min_kernel_us * 1e-3), launched)
+    graphs_host = 0.0
+    if mode == "compile" and step.graphs is not None:
+        issued.append(between_graphs(step.graphs, hw))
+        classes["between_graphs"] = issued[-1][0]
+        graphs_host = issued[-1][2]
     if step.training:
         opt_ms, launches = optimizer_ms(step.params, optimizer, hw)
         if launches:
@@ -495,7 +510,20 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
     if syncs:
         ms = serialised_ms(issued, syncs, hw.step.kernel_gap_us)
     gemm = classes.get("gemm", 0.0) + classes.get("attention", 0.0)
-    return StepTime(ms, gpu, host, gemm, kernels, mode, tuple(sorted(classes.items())), len(syncs))
+    return StepTime(ms, gpu, host, gemm, kernels, mode, tuple(sorted(classes.items())), len(syncs), graphs_host)
+
+
+def between_graphs(graphs: GraphBreaks, hw: Hardware) -> tuple[float, int, float]:
+    """(kernel ms, kernels, host ms) of what a compiled step runs besides its graphs'
+    kernels: the ops between its graphs, eager (the shortest kernel each, and the eager
+    host cost of one), and each graph beyond one forward and one backward graph
+    (``compile_host_us_per_graph``). Measured on an H100, torch 2.11, transformers 5.17
+    (``docs/benchmarks.md``, "Graph breaks"): Marian 19 + 13 graphs and 104 eager ops a
+    step, OPT-125m 15 + 14 and 99, GPT-2 with a break before each block 15 + 14 and 29."""
+    st = hw.step
+    kernel_ms = graphs.eager_ops * st.min_kernel_us * 1e-3
+    host_ms = (graphs.eager_ops * st.host_us_per_kernel + graphs.extra_graphs * st.compile_host_us_per_graph) * 1e-3
+    return kernel_ms, graphs.eager_ops, host_ms
 
 
 def host_costs(hw: Hardware, mode: Mode) -> tuple[float, float]:
@@ -557,5 +585,6 @@ def side_ms(slices: Iterable[Slice], hw: Hardware, mode: Mode, training: bool) -
     return sum(slice_ms(s, hw, mode, training) for s in slices)
 
 
-__all__ = ["MODES", "Mode", "Step", "StepTime", "attention_ms", "compiled_gemm_ms", "fused_regions", "host_costs",
-           "inductor_laid_out", "op_ms", "optimizer_ms", "pad_mm_padded", "serialised_ms", "side_ms", "slice_ms", "step_time"]
+__all__ = ["MODES", "Mode", "Step", "StepTime", "attention_ms", "between_graphs", "compiled_gemm_ms", "fused_regions",
+           "host_costs", "inductor_laid_out", "op_ms", "optimizer_ms", "pad_mm_padded", "serialised_ms", "side_ms",
+           "slice_ms", "step_time"]

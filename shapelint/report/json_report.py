@@ -50,7 +50,17 @@ def _step(r: Result) -> dict[str, Any]:
         "step_speedup": round(before.ms / after.ms, 4) if after.ms else 1.0,
         "mode": before.mode,
         "step": before.to_json(),
+        **({"compile_graphs": _graphs(r)} if before.mode == "compile" else {}),
     }
+
+
+def _graphs(r: Result) -> dict[str, Any] | None:
+    """What ``shapelint.compile_probe`` found (None: not probed, priced as one graph)."""
+    graphs = r.step_model.step.graphs if r.step_model is not None else None
+    if graphs is None:
+        return None
+    host_ms = r.step_time.graphs_host_ms if r.step_time is not None else 0.0
+    return {**graphs.to_json(), "host_ms": round(host_ms, 4)}
 
 
 def document(results: Sequence[Result], *, show_suppressed: bool = False,

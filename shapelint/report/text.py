@@ -49,6 +49,19 @@ def step_line(r: Result) -> str:
             f"({speedup:.2f}×); GEMMs {100 * before.gemm_share:.0f}% of it")
 
 
+def graphs_line(r: Result) -> str | None:
+    """Under ``--compile``, where dynamo splits the step into more graphs than one
+    forward and one backward (``shapelint.compile_probe``), what that costs."""
+    graphs = r.step_model.step.graphs if r.step_model is not None and r.step_model.mode == "compile" else None
+    if graphs is None or (graphs.extra_graphs == 0 and graphs.forward_graphs > 0):
+        return None
+    host_ms = r.step_time.graphs_host_ms if r.step_time is not None else 0.0
+    why = f" ({'; '.join(dict.fromkeys(graphs.reasons))})" if graphs.reasons else ""
+    return (f"torch.compile splits this step into {graphs.forward_graphs} forward + {graphs.backward_graphs} "
+            f"backward graphs{why}, with {graphs.eager_ops} ops run eagerly between them: "
+            f"est. {host_ms:.1f} ms of host time per step, in the estimate")
+
+
 def gemm_line(r: Result) -> str:
     return (f"GEMMs alone (est.): {r.step.ms:.3f} ms → {r.step.ms_after:.3f} ms per step "
             f"({r.step.speedup:.2f}× on the GEMMs, not the step)")
@@ -157,6 +170,9 @@ def render(results: Sequence[Result], out: IO[str], *, verbose: bool = False, co
         n = sum(1 for f in r.findings if not f.suppressed)
         verdict = f"{n} finding{'s' if n != 1 else ''}" if n else "no findings"
         console.print(f"  {verdict}; {step_line(r)}", highlight=False)
+        graphs = graphs_line(r)
+        if graphs:
+            console.print(f"  {graphs}", style="dim", highlight=False)
         console.print(f"  {gemm_line(r)}", style="dim", highlight=False)
         if r.step_verification is not None:
             from shapelint.verify_step import report_lines
