@@ -34,8 +34,15 @@ from shapelint.price.step import step_time  # noqa: E402
 
 DATA = sorted(str(p) for p in (ROOT / "docs/data").glob("host_phases_h100_2026-11-23*.json"))
 #: name -> the columns of the design matrix (1: a fixed part, k: kernels, p: parameter tensors)
-MODELS = {"per kernel": "k", "fixed + per kernel": "1k", "per kernel + per tensor": "kp"}
-UNITS = {"1": ("ms", 1.0), "k": ("us/kernel", 1e3), "p": ("us/tensor", 1e3)}
+MODELS = {"per kernel": "k", "fixed + per kernel": "1k", "per kernel + per tensor": "kp",
+          "per kernel + per tensor + per extra graph call": "kpg",
+          "per kernel + per tensor + per extra graph call + per eager op": "kpge"}
+UNITS = {"1": ("ms", 1.0), "k": ("us/kernel", 1e3), "p": ("us/tensor", 1e3), "g": ("us/graph call", 1e3),
+         "e": ("us/eager op", 1e3)}
+#: the graph columns of a compiled step (benchmarks/graph_probe.py, run with the
+#: transformers version the measurements ran with); eager steps have none
+COLUMN = {"1": lambda r: 1.0, "k": lambda r: r["kernels"], "p": lambda r: r["tensors"],
+          "g": lambda r: r.get("graph_calls", 0), "e": lambda r: r.get("eager_ops", 0)}
 
 
 def counts(section: str, batch: int, seq: int, hw: hardware.Hardware) -> dict[str, int]:
@@ -47,10 +54,7 @@ def counts(section: str, batch: int, seq: int, hw: hardware.Hardware) -> dict[st
 
 def fit(rows: list[dict], columns: str) -> tuple[list[float], list[float]]:
     """Coefficients (in ms per unit) and each row's relative residual."""
-    def value(r: dict, c: str) -> float:
-        return 1.0 if c == "1" else float(r["kernels"] if c == "k" else r["tensors"])
-
-    x = np.array([[value(r, c) for c in columns] for r in rows])
+    x = np.array([[float(COLUMN[c](r)) for c in columns] for r in rows])
     y = np.array([r["host_ms"] for r in rows])
     coef, *_ = np.linalg.lstsq(x / y[:, None], np.ones(len(y)), rcond=None)
     return [float(c) for c in coef], [float(v) for v in (x @ coef) / y - 1]
@@ -65,20 +69,30 @@ def main() -> None:
     cache: dict[tuple[str, int, int], dict[str, int]] = {}
     rows: list[dict] = []
     for file in args.data:
-        for r in json.loads(Path(file).read_text())["rows"]:
+        doc = json.loads(Path(file).read_text())
+        probe_file = ROOT / "docs/data" / f"graph_probe_transformers-{doc['transformers']}.json"
+        probes = json.loads(probe_file.read_text())["sections"]
+        for r in doc["rows"]:
             section = r["model"].removesuffix(NO_DROPOUT)
             key = (section, r["batch"], r["seq"])
             if key not in cache:
                 cache[key] = counts(*key, hw)
             c = cache[key]
-            rows.append({"file": Path(file).name, "model": r["model"], "mode": r["mode"], "host_ms": r["step_ms"],
-                         "kernels": c[r["mode"]], "tensors": c["tensors"]})
+            row = {"file": Path(file).name, "model": r["model"], "mode": r["mode"], "host_ms": r["step_ms"],
+                   "kernels": c[r["mode"]], "tensors": c["tensors"]}
+            found = probes.get(section, {}).get("probe")
+            if r["mode"] == "compile" and found:
+                row["graph_calls"] = found["forward_graphs"] + found["backward_graphs"] - 2
+                row["eager_ops"] = found["eager_ops"]
+            rows.append(row)
     out: dict[str, dict] = {}
     for mode in ("eager", "compile"):
         sel = [r for r in rows if r["mode"] == mode]
         print(f"\n{mode}: {len(sel)} measured steps")
         print("| host model | fit | RMS error | residuals |\n|---|---|---|---|")
         for name, columns in MODELS.items():
+            if mode == "eager" and ("g" in columns or "e" in columns):
+                continue
             coef, resid = fit(sel, columns)
             rms = float(np.sqrt(np.mean(np.square(resid))))
             terms = " + ".join(f"{c * UNITS[col][1]:.1f} {UNITS[col][0]}" for c, col in zip(coef, columns))

@@ -221,13 +221,15 @@ def environment(torch, transformers, device: str) -> dict:
 def build_model(torch, transformers, section: str, variant: str, device: str, is_tiny: bool):
     spec = SECTIONS[section]
     overrides, loss_mode = spec["variants"][variant]
+    overrides = dict(overrides)
+    forced_breaks = int(overrides.pop("_graph_breaks", 0))
     cfg = dict(spec["config"])
     cfg.update(overrides)
     if is_tiny:
         cfg = tiny(section, cfg)
     config = transformers.AutoConfig.for_model(**cfg)
-    auto = (transformers.AutoModelForMaskedLM if spec["auto"] == "masked"
-            else transformers.AutoModelForCausalLM)
+    auto = {"masked": transformers.AutoModelForMaskedLM, "seq2seq": transformers.AutoModelForSeq2SeqLM,
+            "causal": transformers.AutoModelForCausalLM}[spec["auto"]]
     torch.manual_seed(0)
     # SDPA where transformers has it for the class, else its eager attention (MPNet), as
     # shapelint.load builds it
@@ -239,11 +241,37 @@ def build_model(torch, transformers, section: str, variant: str, device: str, is
         log(f"  build on {device} failed ({e!r}); building on CPU and moving")
         model = auto.from_config(config, attn_implementation=attn).to(device)
     model = model.float().to(device).train()
-    info = {"config": cfg, "loss_mode": loss_mode,
+    if forced_breaks:
+        force_graph_breaks(torch, model, forced_breaks)
+    info = {"config": cfg, "loss_mode": loss_mode, "forced_graph_breaks": forced_breaks,
             "attn_implementation": getattr(model.config, "_attn_implementation", None),
             "params": sum(p.numel() for p in model.parameters()),
             "model_class": type(model).__name__}
     return model, info
+
+
+def force_graph_breaks(torch, model, n: int) -> None:
+    """A dynamo graph break before ``n`` of the model's layers, evenly spread (a forward
+    pre-hook calling torch._dynamo.graph_break()): the cost of a graph break with no eager
+    code between the graphs, which is what a variant with ``_graph_breaks`` measures."""
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 1]
+    layers = [layer for ml in lists for layer in ml]
+    n = min(n, len(layers) - 1)
+    picks = [layers[1 + round(i * (len(layers) - 2) / max(n - 1, 1))] for i in range(n)]
+
+    def brk(module, args):
+        torch._dynamo.graph_break()
+
+    for layer in dict.fromkeys(picks):
+        layer.register_forward_pre_hook(brk)
+
+
+def _unique_graphs(torch) -> int | None:
+    try:
+        from torch._dynamo.utils import counters
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:
+        return None
 
 
 def make_wrapper(torch, model, loss_mode: str, base_vocab: int):
@@ -405,13 +433,18 @@ def run_group(torch, transformers, gid: str, args, res: Results, st: State, dead
         if hasattr(torch, "_dynamo"):
             torch._dynamo.reset()
         st.section = section
+    if mode == "compile":
+        # a fresh dynamo for every compile group: dynamo does not guard on forward hooks, so
+        # a model of a class compiled earlier would run the earlier model's graphs
+        st.compiled.clear()
+        torch._dynamo.reset()
     gb0 = _graph_breaks(torch)
     g = torch.Generator().manual_seed(1234)
     ids = torch.randint(0, base_vocab, (batch, seq), generator=g).to(device)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
 
-    steps, build_s, compile_s = {}, {}, {}
+    steps, build_s, compile_s, graphs = {}, {}, {}, {}
     for v in variants:
         if v not in st.models:
             t = time.monotonic()
@@ -441,9 +474,12 @@ def run_group(torch, transformers, gid: str, args, res: Results, st: State, dead
         steps[v] = step
         # first step (compiles in compile mode), then warm-up
         t = time.monotonic()
+        g0 = _unique_graphs(torch)
         loss = step()
         clock.sync()
         compile_s[v] = round(time.monotonic() - t, 2)
+        g1 = _unique_graphs(torch)
+        graphs[v] = g1 - g0 if mode == "compile" and g0 is not None and g1 is not None else None
         log(f"  {gid}/{v}: first step {compile_s[v]} s, loss {float(loss):.3f}")
         for _ in range(args.warmup if mode == "eager" else args.warmup + 2):
             step()
@@ -522,6 +558,7 @@ def run_group(torch, transformers, gid: str, args, res: Results, st: State, dead
             "kernel_share_of_step": (rnd(prof["kernel_ms"] / med(per_step[v]))
                                      if prof.get("kernel_ms") is not None else None),
             "first_step_s": compile_s[v], "build_s": build_s.get(v),
+            "graphs": graphs.get(v), "forced_graph_breaks": info["forced_graph_breaks"],
             "peak_mem_gib_group": rnd(peak, 2),
             "params": info["params"], "config": info["config"], "loss_mode": info["loss_mode"],
             "attn_implementation": info["attn_implementation"], "model_class": info["model_class"],

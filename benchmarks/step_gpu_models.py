@@ -34,6 +34,9 @@ SECTIONS: dict[str, dict] = {
             "v50304_slice": ({"vocab_size": 50304}, "slice"),
             "v50264_raw": ({"vocab_size": 50264}, "hf"),
             "v50304_raw": ({"vocab_size": 50304}, "hf"),
+            # graph breaks forced before 3 / 11 of the 12 blocks (step_gpu.force_graph_breaks)
+            "brk3": ({"_graph_breaks": 3}, "hf"),
+            "brk11": ({"_graph_breaks": 11}, "hf"),
         },
     },
     "bert": {
@@ -260,7 +263,7 @@ SECTIONS: dict[str, dict] = {
     },
     "marian": {
         "architecture": "MarianMTModel",
-        "auto": "seq2seq",
+        "auto": "seq2seq",  # AutoModelForSeq2SeqLM
         "config": {"model_type": "marian", "vocab_size": 58101, "decoder_vocab_size": 58101, "d_model": 512,
                    "encoder_layers": 6,
                    "decoder_layers": 6, "encoder_attention_heads": 8, "decoder_attention_heads": 8,
@@ -269,6 +272,51 @@ SECTIONS: dict[str, dict] = {
                    "activation_function": "swish", "scale_embedding": True,
                    "share_encoder_decoder_embeddings": True, "static_position_embeddings": True},
         "base_vocab": 58101,
+        "variants": {"published": ({}, "hf")},
+    },
+    # held out from every measurement before 2026-11-25's graph-break runs, and not in
+    # tests/corpus: published configs whose transformers 5.17 code breaks torch.compile's
+    # graph (shapelint.compile_probe: 22 + 19, 38 + 33, 28 + 26 and 27 + 26 graphs a step)
+    "blenderbot_small": {
+        "architecture": "BlenderbotSmallForConditionalGeneration",
+        "auto": "seq2seq",
+        "config": {"model_type": "blenderbot-small", "vocab_size": 54944, "d_model": 512, "encoder_layers": 8,
+                   "decoder_layers": 8, "encoder_attention_heads": 16, "decoder_attention_heads": 16,
+                   "encoder_ffn_dim": 2048, "decoder_ffn_dim": 2048, "max_position_embeddings": 512,
+                   "activation_function": "gelu", "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+                   "decoder_start_token_id": 1, "scale_embedding": True},
+        "base_vocab": 54944,
+        "variants": {"published": ({}, "hf")},
+    },
+    "pegasus_xsum": {
+        "architecture": "PegasusForConditionalGeneration",
+        "auto": "seq2seq",
+        "config": {"model_type": "pegasus", "vocab_size": 96103, "d_model": 1024, "encoder_layers": 16,
+                   "decoder_layers": 16, "encoder_attention_heads": 16, "decoder_attention_heads": 16,
+                   "encoder_ffn_dim": 4096, "decoder_ffn_dim": 4096, "max_position_embeddings": 512,
+                   "activation_function": "relu", "pad_token_id": 0, "eos_token_id": 1,
+                   "decoder_start_token_id": 0, "scale_embedding": True},
+        "base_vocab": 96103,
+        "variants": {"published": ({}, "hf")},
+    },
+    "xglm_564m": {
+        "architecture": "XGLMForCausalLM",
+        "auto": "causal",
+        "config": {"model_type": "xglm", "vocab_size": 256008, "d_model": 1024, "num_layers": 24,
+                   "attention_heads": 16, "ffn_dim": 4096, "max_position_embeddings": 2048,
+                   "activation_function": "gelu", "scale_embedding": True, "pad_token_id": 1,
+                   "bos_token_id": 0, "eos_token_id": 2},
+        "base_vocab": 256008,
+        "variants": {"published": ({}, "hf")},
+    },
+    "opt_1_3b": {
+        "architecture": "OPTForCausalLM",
+        "auto": "causal",
+        "config": {"model_type": "opt", "hidden_size": 2048, "num_hidden_layers": 24, "ffn_dim": 8192,
+                   "num_attention_heads": 32, "word_embed_proj_dim": 2048, "vocab_size": 50272,
+                   "max_position_embeddings": 2048, "do_layer_norm_before": True, "pad_token_id": 1,
+                   "bos_token_id": 2, "eos_token_id": 2},
+        "base_vocab": 50272,
         "variants": {"published": ({}, "hf")},
     },
     "mpnet": {
@@ -314,6 +362,16 @@ GROUPS: dict[str, tuple] = {
     # estimates 1.116x (CamemBERT's LM head of the same shape: 1.266x, measured 1.223x):
     # the kernels of both variants say where the estimate's 14 ms went
     "mpnet_eager": ("mpnet", "eager", 32, 512, ["published", "v30528"], 40),
+    # what a graph break costs a compiled step: GPT-2 with 0, 3 and 11 breaks forced between
+    # its blocks (no eager code between the graphs), and the models whose transformers 5.17
+    # code breaks on its own (Marian 8 graphs, OPT 4), eager beside compiled
+    # (one variant a group: dynamo does not guard on hooks, so a model of a class compiled
+    # before would reuse its graphs; step_gpu resets dynamo at each compile group)
+    "gpt2_brk0_compile": ("gpt2", "compile", 8, 1024, ["v50257"], 45),
+    "gpt2_brk3_compile": ("gpt2", "compile", 8, 1024, ["brk3"], 50),
+    "gpt2_brk11_compile": ("gpt2", "compile", 8, 1024, ["brk11"], 60),
+    "marian_eager": ("marian", "eager", 8, 512, ["published"], 20),
+    "marian_compile": ("marian", "compile", 8, 512, ["published"], 70),
 }
 
 RUN1 = ["gpt2_eager", "gpt2_compile", "bert_b32_eager", "bert_b8_eager", "bert_b32_compile",
@@ -350,4 +408,9 @@ def tiny(section: str, cfg: dict) -> dict:
     # vocab: keep the offset from the base vocab, on a base of 1000
     base = SECTIONS[section]["base_vocab"]
     cfg["vocab_size"] = 1000 + (cfg.get("vocab_size", base) - base)
+    if "decoder_vocab_size" in cfg:
+        cfg["decoder_vocab_size"] = cfg["vocab_size"]
+    for k in ("pad_token_id", "decoder_start_token_id"):
+        if cfg.get(k, 0) >= cfg["vocab_size"]:
+            cfg[k] = cfg["vocab_size"] - 1
     return cfg

@@ -78,6 +78,10 @@ MODELS: dict[str, tuple[str, int, int, dict[str, Any]]] = {
     "llama32_1b": ("llama32_1b", 8, 1024, {}),
     "marian": ("marian", 8, 512, {}),
     "mpnet": ("mpnet", 32, 512, {}),
+    "blenderbot_small": ("blenderbot_small", 8, 512, {}),
+    "pegasus_xsum": ("pegasus_xsum", 8, 512, {}),
+    "xglm_564m": ("xglm_564m", 8, 1024, {}),
+    "opt_1_3b": ("opt_1_3b", 8, 1024, {}),
 }
 MODES = ("eager", "compile")
 
@@ -99,6 +103,9 @@ EST_S: dict[tuple[str, str], float] = {
     ("bert_large", "eager"): 50, ("bert_large", "compile"): 150, ("camembert", "eager"): 40,
     ("camembert", "compile"): 130, ("llama32_1b", "eager"): 60, ("llama32_1b", "compile"): 150,
     ("marian", "eager"): 35, ("marian", "compile"): 140, ("mpnet", "eager"): 45, ("mpnet", "compile"): 130,
+    ("blenderbot_small", "eager"): 35, ("blenderbot_small", "compile"): 120, ("pegasus_xsum", "eager"): 60,
+    ("pegasus_xsum", "compile"): 250, ("xglm_564m", "eager"): 60, ("xglm_564m", "compile"): 160,
+    ("opt_1_3b", "eager"): 60, ("opt_1_3b", "compile"): 130,
 }
 
 #: --tiny: the same architectures shrunk for a CPU smoke run, the vocabularies kept
@@ -146,6 +153,15 @@ TINY: dict[str, dict[str, Any]] = {
                "max_position_embeddings": 64},
     "mpnet": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
               "max_position_embeddings": 66},
+    "blenderbot_small": {"encoder_layers": 1, "decoder_layers": 1, "d_model": 64, "encoder_attention_heads": 4,
+                         "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
+                         "max_position_embeddings": 64},
+    "pegasus_xsum": {"encoder_layers": 1, "decoder_layers": 1, "d_model": 64, "encoder_attention_heads": 4,
+                     "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
+                     "max_position_embeddings": 64},
+    "xglm_564m": {"num_layers": 1, "d_model": 64, "attention_heads": 4, "ffn_dim": 128, "max_position_embeddings": 64},
+    "opt_1_3b": {"num_hidden_layers": 1, "hidden_size": 64, "word_embed_proj_dim": 64, "num_attention_heads": 4,
+                 "ffn_dim": 128, "max_position_embeddings": 64},
 }
 TINY_BATCH, TINY_SEQ = 2, 32
 
@@ -405,7 +421,14 @@ def main() -> int:
         text, rows = rescore(args.rescore, args.gpu)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "verify_rescore.json").write_text(json.dumps({"files": args.rescore, "rows": rows}, indent=1))
+        import torch
+        import transformers
+
+        # the compile probe follows the installed transformers: rescore with the version the runs had
+        rescored_with = {"torch": torch.__version__, "transformers": transformers.__version__,
+                         "date": _dt.date.today().isoformat()}
+        (out / "verify_rescore.json").write_text(json.dumps({"files": args.rescore, "rescored_with": rescored_with,
+                                                             "rows": rows}, indent=1))
         print(text)
         return 0
     if args.table:

@@ -609,19 +609,21 @@ def probe_hf_graph_breaks(transformers: Any, config: Any, where: str, doc: dict[
     """The config's compiled step's graphs (``shapelint.compile_probe``), on real CPU
     tensors: weights constant (no initialisation to pay for; no value of theirs decides
     a branch), one sequence of ``PROBE_TOKENS`` tokens. None where it cannot run."""
-    def build(cut: Any) -> tuple[torch.nn.Module, dict[str, Any]]:
-        with _no_init_weights(transformers):
-            model = _hf_model(transformers, cut, where, doc, initialise=True)
-        if not any(p.is_meta for p in model.parameters()):
-            with torch.no_grad():
-                for p in model.parameters():
-                    p.fill_(0.02)
-        return model, _hf_inputs(model, cut, where, 1, PROBE_TOKENS)
-
     try:
-        return probe_hf(config, build)
+        return probe_hf(config, lambda cut: probe_build(transformers, cut, where, doc))
     except Exception:  # noqa: BLE001 - a model dynamo cannot run is priced as one graph
         return None
+
+
+def probe_build(transformers: Any, config: Any, where: str, doc: dict[str, Any]) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The real model the compile probe runs for ``config`` (weights constant) and its inputs."""
+    with _no_init_weights(transformers):
+        model = _hf_model(transformers, config, where, doc, initialise=True)
+    if not any(p.is_meta for p in model.parameters()):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(0.02)
+    return model, _hf_inputs(model, config, where, 1, PROBE_TOKENS)
 
 
 def _build_hf_real(doc: dict[str, Any], where: str, batch: int | None, seq: int | None, device: str,

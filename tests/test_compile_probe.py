@@ -199,14 +199,34 @@ def test_gpt2_compiles_to_two_graphs_each_way_at_its_loss_warning(tmp_path) -> N
     # breaks the graph at that logging call: the model and the loss are two graphs, each way.
     # Eager (at 1 and 2 layers alike): the loss's `ones_like` seed (its `fill_`) and a zero
     # gradient for the logits in the backward wrapper (`zeros`: its `zero_`).
-    loaded = load(_write(tmp_path, {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 64,
-                                    "vocab_size": 128, "architectures": ["GPT2LMHeadModel"]}), batch=2, seq=16)
-    assert loaded.compile_probe is not None
-    probed = loaded.compile_probe()
+    import io
+
+    from shapelint.api import lint_target
+    from shapelint.report import text
+
+    path = _write(tmp_path, {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 64,
+                             "vocab_size": 128, "architectures": ["GPT2LMHeadModel"]})
+    report = lint_target(path, compile=True, batch=2, seq=16)
+    assert report.result.step_model is not None
+    probed = report.result.step_model.step.graphs
     assert probed is not None
     assert (probed.forward_graphs, probed.backward_graphs, probed.eager_ops) == (2, 2, 2)
     assert (probed.breaks, probed.extra_graphs) == (1, 2)
-    assert any("logging" in r for r in probed.reasons), probed.reasons
+    assert len(probed.reasons) == 1 and "logging" in probed.reasons[0]
+    # priced: 2 extra graphs at 250 us and 2 eager ops at 34 us
+    assert report.step_time is not None
+    assert report.step_time.graphs_host_ms == pytest.approx(2 * 0.250 + 2 * 0.034)
+    summary = report.to_json()["summary"]
+    assert summary["compile_graphs"] == {"forward_graphs": 2, "backward_graphs": 2, "eager_ops": 2,
+                                         "reasons": list(probed.reasons), "host_ms": 0.568}
+    out = io.StringIO()
+    text.render([report.result], out, color=False)
+    assert (f"  torch.compile splits this step into 2 forward + 2 backward graphs ({probed.reasons[0]}), with 2 ops "
+            "run eagerly between them: est. 0.6 ms of host time per step, in the estimate\n") in out.getvalue()
+    # eager mode neither probes nor reports graphs
+    eager = lint_target(path, batch=2, seq=16)
+    assert eager.result.step_model is not None and eager.result.step_model.step.graphs is None
+    assert "compile_graphs" not in eager.to_json()["summary"]
 
 
 def test_bert_compiles_to_one_graph_each_way(tmp_path) -> None:
