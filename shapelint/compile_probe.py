@@ -3,27 +3,35 @@ and what runs eagerly between them: found by running dynamo on the model itself.
 
 Dynamo decides a graph break on values (a data-dependent branch such as transformers'
 ``if (mask == 1).all():``, a logging call), which fake tensors do not have, so shapelint
-runs the model for real, on the CPU: the config as written but with its layer counts
-cut to one and then two (every width kept; constant weights in bf16, no autocast, one
+runs the model for real, on the CPU: the config as written but with each layer stack
+(a decoder's; an encoder's and a decoder's; a multimodal model's towers) cut to one
+layer and then two (every width kept; constant weights in bf16, no autocast, one
 sequence of :data:`PROBE_TOKENS` tokens), forward and backward once to compile and once
 to count, behind an AOTAutograd backend that runs the graphs it is given as they are.
 (Not under autocast: the CUDA-like CPU autocast kernels shapelint registers for capture
-are Python, and dynamo would break on them.) Counted per step: the compiled graphs called (forward and backward graphs
-separately) and the ATen ops run outside every graph (views apart: they launch no
-kernel). Both grow by the same amount per layer, so the counts at one and two layers
-give them at the config's depth. Measured on an H100 (torch 2.11, transformers 5.17;
-``docs/benchmarks.md``, "Graph breaks"): OPT compiles to 4 graphs and Marian to 9 where
-transformers 5.24 compiles each to 1 (its mask code no longer branches on values), so
+are Python, and dynamo would break on them.) Counted per step: the compiled graphs
+called (forward and backward separately) and the ATen ops run outside every graph
+(views and allocations apart: they launch no kernel), forward and backward. What a
+stack's second layer adds is taken as what each further layer adds (stacks of
+different depths are grown one at a time), which gives the counts at the config's
+depth; it assumes the layers of a stack alike (a ``layer_types`` pattern is cut to the
+probe's depth, and constant weights route every token alike through a mixture of
+experts). Measured on an H100 (torch 2.11, transformers 5.17; ``docs/benchmarks.md``,
+"Tenth run"): OPT-125m calls 15 + 14 graphs a step and opus-mt-en-de 18 + 13, where
+with transformers 5.24 each calls 1 + 1 (its mask code no longer branches on values):
 what this finds follows the installed transformers, as the user's step does.
 
 The probe is skipped (``None``) for a model whose two-layer instance has more than
-:data:`MAX_PROBE_PARAMS` parameters (70B-class widths) or that cannot run on the CPU;
-the step is then priced as one graph, as before.
+:data:`MAX_PROBE_PARAMS` parameters (70B-class widths), that has no layer count, or
+that cannot run on the CPU; the step is then priced as one graph. It resets dynamo's
+caches, and transformers' once-per-process warnings may be given again after it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import logging
 import os
 import sys
 import warnings
@@ -33,6 +41,7 @@ from typing import Any
 
 import torch
 
+from shapelint.capture import loss_or_outputs
 from shapelint.records import GraphBreaks
 
 #: tokens in the probe's one sequence (enough for masks and position code to take their
@@ -49,7 +58,9 @@ MAX_REASONS = 4
 class _Counts:
     forward: int = 0
     backward: int = 0
+    #: eager ops, all and the backward's
     eager: int = 0
+    eager_backward: int = 0
 
 
 #: the profiler range around each compiled graph's call
@@ -113,12 +124,10 @@ def _backend(counts: _Counts) -> Callable[..., Any]:
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"))  # type: ignore[no-any-return]
 
 
-def _loss(out: Any) -> torch.Tensor:
-    loss = getattr(out, "loss", None)
-    if isinstance(loss, torch.Tensor):
-        return loss
-    first = out[0] if isinstance(out, (tuple, list)) else getattr(out, "logits", out)
-    return first.float().sum()  # type: ignore[no-any-return]
+def _backward(out: Any) -> None:
+    """The step's backward, as capture differentiates it: the model's loss, else its outputs."""
+    outs = [t for t in loss_or_outputs(out) if t.requires_grad and t.is_floating_point()]
+    torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
 
 
 def count_step(model: torch.nn.Module, inputs: dict[str, Any]) -> tuple[_Counts, tuple[str, ...]]:
@@ -131,24 +140,45 @@ def count_step(model: torch.nn.Module, inputs: dict[str, Any]) -> tuple[_Counts,
     counts = _Counts()
     before = dict(counters["graph_break"])
     step = torch.compile(lambda: model(**inputs), backend=_backend(counts), dynamic=False)
-    _loss(step()).backward()
-    counts.forward = counts.backward = counts.eager = 0
+    _backward(step())
+    counts.forward = counts.backward = 0
     model.zero_grad(set_to_none=True)
-    with _quiet_stderr(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        _loss(step()).backward()
-    counts.eager = eager_ops(prof.events())
+    cpu = [torch.profiler.ProfilerActivity.CPU]
+    with _quiet_stderr(), torch.profiler.profile(activities=cpu) as forward:
+        out = step()
+    with _quiet_stderr(), torch.profiler.profile(activities=cpu) as backward:
+        _backward(out)
+    counts.eager_backward = eager_ops(backward.events())
+    counts.eager = eager_ops(forward.events()) + counts.eager_backward
     reasons = tuple(str(k).strip().splitlines()[0][:200] for k, n in counters["graph_break"].items()
                     if n > before.get(k, 0))
     return counts, reasons[:MAX_REASONS]
 
 
-def at_depth(one: _Counts, two: _Counts, layers: int) -> tuple[int, int, int]:
-    """(forward graphs, backward graphs, eager ops) at ``layers`` from the counts at one
-    and two layers: what the second layer added, once per layer after the first."""
+def at_depth(one: _Counts, two: _Counts, layers: int) -> _Counts:
+    """The counts at ``layers`` from those at one and two layers: what the second layer
+    added, once per layer after the first."""
     def scale(a: int, b: int) -> int:
         return max(a + (b - a) * (layers - 1), 0)
 
-    return (scale(one.forward, two.forward), scale(one.backward, two.backward), scale(one.eager, two.eager))
+    return _Counts(scale(one.forward, two.forward), scale(one.backward, two.backward), scale(one.eager, two.eager),
+                   scale(one.eager_backward, two.eager_backward))
+
+
+def _summed(base: _Counts, per_stack: list[tuple[_Counts, int]]) -> _Counts:
+    """The counts of a model whose layer stacks have different depths: ``base`` with every
+    stack at one layer, plus, per stack, what its second layer added (``(counts with that
+    stack at two layers, its depth)``) times its layers after the first."""
+    total = _Counts(base.forward, base.backward, base.eager, base.eager_backward)
+    for two, depth in per_stack:
+        grown = at_depth(base, two, depth)
+        total.forward += grown.forward - base.forward
+        total.backward += grown.backward - base.backward
+        total.eager += grown.eager - base.eager
+        total.eager_backward += grown.eager_backward - base.eager_backward
+    total.forward, total.backward = max(total.forward, 0), max(total.backward, 0)
+    total.eager, total.eager_backward = max(total.eager, 0), max(total.eager_backward, 0)
+    return total
 
 
 @contextlib.contextmanager
@@ -166,59 +196,113 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-@contextlib.contextmanager
-def _fresh_warnings() -> Iterator[None]:
-    """transformers warns some things once per process (GPT-2's ``loss_type``), and dynamo
-    breaks the graph at a warning: the probe compiles as a fresh training process does."""
+def forget_warnings_once() -> None:
+    """transformers warns some things once per process (``logger.warning_once``, GPT-2's
+    ``loss_type`` warning), and dynamo breaks the graph at a warning: a model compiles
+    as in a fresh process only once they are forgotten (the probe, and each variant of
+    ``--verify --step``). A warning given before may then be given again."""
     module = sys.modules.get("transformers.utils.logging")
     clear = getattr(getattr(module, "warning_once", None), "cache_clear", None)
     if callable(clear):
         clear()
-    yield
 
 
-def _cut_depth(config: Any, layers: int) -> Any:
-    """A copy of ``config`` with every layer count ``layers`` (per-layer lists cut to match)."""
+@contextlib.contextmanager
+def _quiet_logs() -> Iterator[None]:
+    """transformers' warnings (the probe's config is cut short, its inputs tiny) and
+    dynamo's (each graph break it meets) off meanwhile: the report says what they cost."""
+    module = sys.modules.get("transformers.utils.logging")
+    get, set_ = getattr(module, "get_verbosity", None), getattr(module, "set_verbosity", None)
+    saved = get() if callable(get) else None
+    dynamo = logging.getLogger("torch._dynamo")
+    dynamo_level = dynamo.level
+    if callable(set_):
+        set_(logging.ERROR)
+    dynamo.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        dynamo.setLevel(dynamo_level)
+        if callable(set_) and saved is not None:
+            set_(saved)
+
+
+#: a layer stack: (the sub-config's attribute names from the top config, its layer-count attribute)
+Stack = tuple[tuple[str, ...], str]
+
+
+def layer_stacks(config: Any) -> dict[Stack, int]:
+    """Every layer count of ``config`` and its sub-configs (an encoder's and a decoder's,
+    a multimodal model's text and vision towers), under the attribute it is stored in."""
     from shapelint.validate import LAYER_KEYS
 
-    cut = config.__class__.from_dict(config.to_dict())
-    for sub in [cut, *(getattr(cut, k) for k in ("text_config", "encoder", "decoder") if hasattr(cut, k))]:
+    out: dict[Stack, int] = {}
+
+    def walk(cfg: Any, path: tuple[str, ...]) -> None:
+        aliases = getattr(cfg, "attribute_map", None) or {}
         for key in LAYER_KEYS:
-            if isinstance(getattr(sub, key, None), int):
-                setattr(sub, key, layers)
-        for key in ("layer_types", "mlp_only_layers"):
-            if isinstance(getattr(sub, key, None), list):
-                setattr(sub, key, list(getattr(sub, key))[:layers])
-    cut._attn_implementation = config._attn_implementation
+            value = getattr(cfg, key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+                out.setdefault((path, aliases.get(key, key)), value)
+        for name in getattr(cfg, "sub_configs", None) or {}:
+            sub = getattr(cfg, name, None)
+            if sub is not None and hasattr(sub, "to_dict"):
+                walk(sub, (*path, name))
+
+    walk(config, ())
+    return out
+
+
+def _cut_depth(config: Any, depths: dict[Stack, int]) -> Any:
+    """A copy of ``config`` with the given layer counts (per-layer lists cut to match)."""
+    cut = copy.deepcopy(config)
+    for (path, key), layers in depths.items():
+        sub = cut
+        for name in path:
+            sub = getattr(sub, name)
+        setattr(sub, key, layers)
+        for per_layer in ("layer_types", "mlp_only_layers"):
+            if isinstance(getattr(sub, per_layer, None), list):
+                setattr(sub, per_layer, list(getattr(sub, per_layer))[:layers])
     return cut
 
 
 def probe_hf(config: Any, build: Callable[[Any], tuple[torch.nn.Module, dict[str, Any]]]) -> GraphBreaks | None:
     """Probe a Hugging Face model: ``build(config)`` makes the real (CPU) model and its
-    inputs for a config. None where the probe cannot run (see the module docstring)."""
-    from shapelint.validate import LAYER_KEYS
-
-    depth = max((getattr(config, k) for k in LAYER_KEYS if isinstance(getattr(config, k, None), int)), default=0)
-    if depth < 1:
+    inputs for a config. Every layer stack at one layer, then at two (each stack on its
+    own where their depths differ). None where the probe cannot run (see the module
+    docstring). The global RNG is left as it was."""
+    stacks = layer_stacks(config)
+    if not stacks:
         return None
+    ones = dict.fromkeys(stacks, 1)
+    same = len(set(stacks.values())) == 1
+    grown = [dict.fromkeys(stacks, 2)] if same else [{**ones, stack: 2} for stack in stacks]
+    plans = [ones, *(g for g in grown if any(stacks[k] > 1 for k, v in g.items() if v == 2))]
+    with torch.device("meta"):
+        meta, _ = build(_cut_depth(config, dict.fromkeys(stacks, 2)))
+    if sum(p.numel() for p in meta.parameters()) > MAX_PROBE_PARAMS:
+        return None
+    del meta
     runs: list[_Counts] = []
     reasons: tuple[str, ...] = ()
-    for layers in (1, 2) if depth > 1 else (1,):
-        with torch.device("meta"):
-            meta, _ = build(_cut_depth(config, layers))
-        if sum(p.numel() for p in meta.parameters()) > MAX_PROBE_PARAMS:
-            return None
-        del meta
-        torch.manual_seed(0)
-        model, inputs = build(_cut_depth(config, layers))
-        model = model.to(torch.bfloat16).train()
-        with _fresh_warnings(), _quiet_stderr(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            counts, said = count_step(model, inputs)
-        runs.append(counts)
-        reasons = reasons or said
-    fwd, bwd, eager = at_depth(runs[0], runs[-1], depth)
-    return GraphBreaks(fwd, bwd, eager, reasons)
+    with torch.random.fork_rng(devices=[]), _quiet_logs():
+        for depths in plans:
+            torch.manual_seed(0)
+            model, inputs = build(_cut_depth(config, depths))
+            forget_warnings_once()
+            counts, said = count_step(model.to(torch.bfloat16).train(), inputs)
+            runs.append(counts)
+            reasons = reasons or said
+    if same:
+        total = at_depth(runs[0], runs[-1], next(iter(stacks.values())))
+    else:
+        grown_runs = dict(zip([k for k in stacks if stacks[k] > 1], runs[1:]))
+        total = _summed(runs[0], [(grown_runs[k], stacks[k]) for k in grown_runs])
+    return GraphBreaks(total.forward, total.backward, total.eager, reasons, total.eager_backward)
 
 
-__all__ = ["MAX_PROBE_PARAMS", "PROBE_TOKENS", "GraphBreaks", "at_depth", "count_step", "probe_hf"]
+__all__ = ["MAX_PROBE_PARAMS", "PROBE_TOKENS", "GraphBreaks", "at_depth", "count_step", "forget_warnings_once",
+           "layer_stacks", "probe_hf"]

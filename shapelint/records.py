@@ -469,16 +469,23 @@ class GraphBreaks:
     eager_ops: int
     #: why dynamo broke the graph (its own words, first line), the first few
     reasons: tuple[str, ...] = ()
+    #: of ``eager_ops``, the backward's (an inference step runs none of them)
+    backward_eager_ops: int = 0
 
     @property
     def breaks(self) -> int:
         return max(self.forward_graphs - 1, 0)
 
-    @property
-    def extra_graphs(self) -> int:
-        """Graphs called beyond one forward and one backward graph."""
-        return max(self.forward_graphs - 1, 0) + max(self.backward_graphs - 1, 0)
+    def extra_graphs(self, training: bool = True) -> int:
+        """Graphs a step calls beyond one forward and one backward graph (an inference
+        step: beyond one forward graph)."""
+        return max(self.forward_graphs - 1, 0) + (max(self.backward_graphs - 1, 0) if training else 0)
+
+    def step_eager_ops(self, training: bool = True) -> int:
+        """The ops a step runs eagerly between graphs (an inference step: the forward's)."""
+        return self.eager_ops if training else self.eager_ops - self.backward_eager_ops
 
     def to_json(self) -> dict[str, object]:
         return {"forward_graphs": self.forward_graphs, "backward_graphs": self.backward_graphs,
-                "eager_ops": self.eager_ops, "reasons": list(self.reasons)}
+                "eager_ops": self.eager_ops, "backward_eager_ops": self.backward_eager_ops,
+                "reasons": list(self.reasons)}

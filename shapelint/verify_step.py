@@ -62,6 +62,7 @@ from typing import Any, Protocol
 import torch
 
 from shapelint.capture import AUTOCAST_PRECISIONS, PRECISIONS, loss_or_outputs, split_inputs
+from shapelint.compile_probe import forget_warnings_once
 from shapelint.errors import ShapelintError, one_line
 from shapelint.load import Built, build
 from shapelint.pipeline import Result
@@ -307,17 +308,6 @@ def _dynamo_graphs() -> int:
     except ImportError:
         return 0
     return int(counters["stats"]["unique_graphs"])
-
-
-def forget_warnings_once() -> None:
-    """Each variant compiles as it would in a fresh process: transformers warns some
-    things once per process (``logger.warning_once``, GPT-2's ``loss_type`` warning),
-    dynamo breaks the graph at a warning, and the second variant of one process must
-    not compile without a break the first had for the warning alone."""
-    module = sys.modules.get("transformers.utils.logging")
-    clear = getattr(getattr(module, "warning_once", None), "cache_clear", None)
-    if callable(clear):
-        clear()
 
 
 def warm(t: Trainer, device: str, warmup: int, compiled: bool) -> None:

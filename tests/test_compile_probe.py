@@ -13,7 +13,17 @@ import torch
 from torch import nn
 
 from shapelint import hardware
-from shapelint.compile_probe import GRAPH_RANGE, _Counts, _is_view, at_depth, count_step, eager_ops, probe_hf
+from shapelint.compile_probe import (
+    GRAPH_RANGE,
+    _Counts,
+    _is_view,
+    _summed,
+    at_depth,
+    count_step,
+    eager_ops,
+    layer_stacks,
+    probe_hf,
+)
 from shapelint.load import load
 from shapelint.price.step import Step, between_graphs, step_time
 from shapelint.records import GraphBreaks
@@ -68,13 +78,9 @@ def _counts(model: nn.Module, dtype: torch.dtype = torch.float32) -> tuple[tuple
 
 
 # Outside every graph, the step of a module returning a tensor runs (views and allocations
-# apart): the probe's loss `out.float().sum()` -- in fp32 `aten::to` is a no-op (a view) and
-# `sum`'s CPU kernel's innermost ATen op is a `fill_` (1); autograd's seed `ones_like` (its
-# `fill_`, 1); and the backward graph's wrapper making the seed's expanded, stride-0 gradient
-# contiguous (`copy_`, 1): 3. In bf16 `.float()` is a real `_to_copy` (its `copy_`) and its
-# backward another, whose gradient is contiguous already (no copy in the wrapper):
-# 1 + 1 + 1 + 1 = 4.
-PLAIN_EAGER = {torch.float32: 3, torch.bfloat16: 4}
+# apart) one op: the gradient of ones its output is given, as capture differentiates a model
+# without a loss (`ones_like`: its `fill_`), in fp32 and bf16 alike.
+PLAIN_EAGER = {torch.float32: 1, torch.bfloat16: 1}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -96,10 +102,10 @@ def test_a_data_dependent_branch_splits_the_step_in_two_graphs_each_way(dtype: t
 def test_a_graph_whose_outputs_get_no_gradient_has_no_backward_graph() -> None:
     # two `.item()` reads: graph 1 `a(x)`, `abs`, `max`; graph 2 `min` alone; graph 3 the rest.
     # Graph 2's one output is read by `.item()`, so autograd never calls its backward: 3
-    # forward graphs, 2 backward. Eager: Plain's 3, the two reads (`_local_scalar_dense`) and,
+    # forward graphs, 2 backward. Eager: Plain's 1, the two reads (`_local_scalar_dense`) and,
     # in graph 1's backward wrapper, a zero gradient for `max` (`zeros`: its `zero_`).
     counts, reasons = _counts(TwoReads())
-    assert counts == (3, 2, 3 + 2 + 1)
+    assert counts == (3, 2, 1 + 2 + 1)
     assert reasons == ("Unsupported Tensor.item() call with capture_scalar_outputs=False",)
 
 
@@ -129,33 +135,93 @@ def test_probe_hf_extrapolates_the_one_and_two_layer_counts_to_the_config_depth(
     def build(config: Any) -> tuple[nn.Module, dict[str, Any]]:
         return Stack(config.num_hidden_layers), {"x": torch.ones(2, 8, dtype=torch.bfloat16)}
 
-    # bf16 (probe_hf casts the model): 1 layer 2 + 2 graphs and 4 + 1 eager ops, 2 layers 4 + 4
-    # and 6; each layer after the first adds 2 + 2 graphs and one read of the branch's value
+    # bf16 (probe_hf casts the model): 1 layer 2 + 2 graphs and 1 + 1 eager ops, 2 layers 4 + 4
+    # and 3; each layer after the first adds 2 + 2 graphs and one read of the branch's value
+    # (a forward op: the backward's one op, the seed, stays one)
     probed = probe_hf(PretrainedConfig.from_dict({"num_hidden_layers": 12}), build)
-    assert probed == GraphBreaks(2 + 2 * 11, 2 + 2 * 11, 5 + 11, ("Data-dependent branching",))
+    assert probed == GraphBreaks(2 + 2 * 11, 2 + 2 * 11, 2 + 11, ("Data-dependent branching",), 1)
     # ... which is what the 12-layer stack itself counts
     counts, _ = count_step(Stack(12).to(torch.bfloat16), {"x": torch.ones(2, 8, dtype=torch.bfloat16)})
-    assert (counts.forward, counts.backward, counts.eager) == (24, 24, 16)
+    assert (counts.forward, counts.backward, counts.eager, counts.eager_backward) == (24, 24, 13, 1)
+
+
+def _tuple(c: _Counts) -> tuple[int, int, int, int]:
+    return c.forward, c.backward, c.eager, c.eager_backward
 
 
 def test_at_depth_adds_what_the_second_layer_added_once_per_further_layer() -> None:
-    one, two = _Counts(3, 2, 10), _Counts(5, 3, 14)
-    assert at_depth(one, two, 12) == (3 + 2 * 11, 2 + 1 * 11, 10 + 4 * 11) == (25, 13, 54)
-    assert at_depth(one, two, 2) == (5, 3, 14)
-    assert at_depth(one, two, 1) == (3, 2, 10)
-    assert at_depth(one, one, 40) == (3, 2, 10)  # nothing per layer: the same at any depth
+    one, two = _Counts(3, 2, 10, 4), _Counts(5, 3, 14, 5)
+    assert _tuple(at_depth(one, two, 12)) == (3 + 2 * 11, 2 + 1 * 11, 10 + 4 * 11, 4 + 11) == (25, 13, 54, 15)
+    assert _tuple(at_depth(one, two, 2)) == (5, 3, 14, 5)
+    assert _tuple(at_depth(one, two, 1)) == (3, 2, 10, 4)
+    assert _tuple(at_depth(one, one, 40)) == (3, 2, 10, 4)  # nothing per layer: the same at any depth
     # a second layer with fewer eager ops than the first extrapolates down, never below zero
-    assert at_depth(_Counts(1, 1, 10), _Counts(1, 1, 6), 12) == (1, 1, 0)
+    assert _tuple(at_depth(_Counts(1, 1, 10), _Counts(1, 1, 6), 12)) == (1, 1, 0, 0)
+
+
+def test_stacks_of_different_depths_grow_one_at_a_time() -> None:
+    # an encoder of 12 layers and a decoder of 2 (distil-whisper-like): the base at 1 + 1
+    # layers, plus what each stack's second layer adds, times its further layers
+    base = _Counts(4, 3, 10, 2)
+    encoder_two, decoder_two = _Counts(6, 5, 12, 2), _Counts(7, 5, 13, 3)
+    total = _summed(base, [(encoder_two, 12), (decoder_two, 2)])
+    assert _tuple(total) == (4 + 2 * 11 + 3, 3 + 2 * 11 + 2, 10 + 2 * 11 + 3, 2 + 0 + 1) == (29, 27, 35, 3)
+
+
+class EncoderDecoder(nn.Module):
+    """Two stacks of branching blocks (Stack's), of the config's two depths."""
+
+    def __init__(self, encoder: int, decoder: int) -> None:
+        super().__init__()
+        self.encoder, self.decoder = Stack(encoder), Stack(decoder)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.encoder(x))
+
+
+def test_probe_hf_counts_an_encoder_and_a_decoder_of_different_depths() -> None:
+    from transformers import PretrainedConfig
+
+    class Config(PretrainedConfig):
+        attribute_map = {"num_hidden_layers": "encoder_layers"}
+
+    def build(config: Any) -> tuple[nn.Module, dict[str, Any]]:
+        return (EncoderDecoder(config.encoder_layers, config.decoder_layers),
+                {"x": torch.ones(2, 8, dtype=torch.bfloat16)})
+
+    config = Config(encoder_layers=12, decoder_layers=2)
+    assert layer_stacks(config) == {((), "encoder_layers"): 12, ((), "decoder_layers"): 2}
+    probed = probe_hf(config, build)
+    counts, _ = count_step(EncoderDecoder(12, 2).to(torch.bfloat16), {"x": torch.ones(2, 8, dtype=torch.bfloat16)})
+    assert probed is not None
+    # what the 12 + 2 layers count themselves: 2 + 2 graphs and a read a block, one seed
+    assert (probed.forward_graphs, probed.backward_graphs, probed.eager_ops, probed.backward_eager_ops) == \
+        (counts.forward, counts.backward, counts.eager, counts.eager_backward) == (28, 28, 15, 1)
+
+
+def test_the_probe_leaves_the_global_rng_as_it_was() -> None:
+    from transformers import PretrainedConfig
+
+    def build(config: Any) -> tuple[nn.Module, dict[str, Any]]:
+        return Stack(config.num_hidden_layers), {"x": torch.ones(2, 8, dtype=torch.bfloat16)}
+
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    probe_hf(PretrainedConfig.from_dict({"num_hidden_layers": 2}), build)
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_graph_breaks_counts_the_graphs_beyond_one_forward_and_one_backward() -> None:
-    marian = GraphBreaks(19, 13, 104, ("Data-dependent branching",))
-    assert (marian.breaks, marian.extra_graphs) == (18, 18 + 12)
-    assert (GraphBreaks(1, 1, 5).breaks, GraphBreaks(1, 1, 5).extra_graphs) == (0, 0)
-    assert (GraphBreaks(3, 2, 0).breaks, GraphBreaks(3, 2, 0).extra_graphs) == (2, 3)
-    assert (GraphBreaks(0, 0, 0).breaks, GraphBreaks(0, 0, 0).extra_graphs) == (0, 0)
+    marian = GraphBreaks(18, 13, 63, ("Data-dependent branching",), 20)
+    assert (marian.breaks, marian.extra_graphs()) == (17, 17 + 12)
+    assert (marian.extra_graphs(training=False), marian.step_eager_ops(training=False)) == (17, 43)
+    assert (GraphBreaks(1, 1, 5).breaks, GraphBreaks(1, 1, 5).extra_graphs()) == (0, 0)
+    assert (GraphBreaks(3, 2, 0).breaks, GraphBreaks(3, 2, 0).extra_graphs()) == (2, 3)
+    assert (GraphBreaks(0, 0, 0).breaks, GraphBreaks(0, 0, 0).extra_graphs()) == (0, 0)
     assert json.loads(json.dumps(marian.to_json())) == {
-        "forward_graphs": 19, "backward_graphs": 13, "eager_ops": 104, "reasons": ["Data-dependent branching"]}
+        "forward_graphs": 18, "backward_graphs": 13, "eager_ops": 63, "backward_eager_ops": 20,
+        "reasons": ["Data-dependent branching"]}
 
 
 def test_between_graphs_prices_each_eager_op_and_each_extra_graph_on_h100() -> None:
@@ -165,6 +231,9 @@ def test_between_graphs_prices_each_eager_op_and_each_extra_graph_on_h100() -> N
     assert kernels == 104
     assert kernel_ms == pytest.approx(104 * 1.15e-3)  # 0.1196: the shortest kernel each
     assert host_ms == pytest.approx((104 * 34.0 + 30 * 250.0) / 1000)  # 3.536 + 7.5 = 11.036
+    # an inference step: the forward's 18 extra graphs and 104 - 40 ops
+    assert between_graphs(GraphBreaks(19, 13, 104, (), 40), H100, training=False) == pytest.approx(
+        (64 * 1.15e-3, 64, (64 * 34.0 + 18 * 250.0) / 1000))
     # one forward and one backward graph: the eager ops alone
     assert between_graphs(GraphBreaks(1, 1, 5), H100) == pytest.approx((5 * 1.15e-3, 5, 5 * 0.034))
     assert between_graphs(GraphBreaks(1, 1, 0), H100) == (0.0, 0, 0.0)
@@ -211,14 +280,15 @@ def test_gpt2_compiles_to_two_graphs_each_way_at_its_loss_warning(tmp_path) -> N
     probed = report.result.step_model.step.graphs
     assert probed is not None
     assert (probed.forward_graphs, probed.backward_graphs, probed.eager_ops) == (2, 2, 2)
-    assert (probed.breaks, probed.extra_graphs) == (1, 2)
+    assert (probed.breaks, probed.extra_graphs()) == (1, 2)
     assert len(probed.reasons) == 1 and "logging" in probed.reasons[0]
     # priced: 2 extra graphs at 250 us and 2 eager ops at 34 us
     assert report.step_time is not None
     assert report.step_time.graphs_host_ms == pytest.approx(2 * 0.250 + 2 * 0.034)
     summary = report.to_json()["summary"]
     assert summary["compile_graphs"] == {"forward_graphs": 2, "backward_graphs": 2, "eager_ops": 2,
-                                         "reasons": list(probed.reasons), "host_ms": 0.568}
+                                         "backward_eager_ops": 2, "reasons": list(probed.reasons),
+                                         "host_ms": 0.568}
     out = io.StringIO()
     text.render([report.result], out, color=False)
     assert (f"  torch.compile splits this step into 2 forward + 2 backward graphs ({probed.reasons[0]}), with 2 ops "
@@ -235,8 +305,8 @@ def test_bert_compiles_to_one_graph_each_way(tmp_path) -> None:
                                     "max_position_embeddings": 64, "architectures": ["BertForMaskedLM"]}),
                   batch=2, seq=16)
     assert loaded.compile_probe is not None
-    # the same two eager ops as GPT-2's, no break
-    assert loaded.compile_probe() == GraphBreaks(1, 1, 2, ())
+    # the same two eager ops as GPT-2's (both the backward's), no break
+    assert loaded.compile_probe() == GraphBreaks(1, 1, 2, (), 2)
 
 
 def test_only_aliasing_ops_are_views() -> None:

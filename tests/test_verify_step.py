@@ -399,11 +399,12 @@ def test_the_text_says_how_many_graphs_the_first_model_compiled_to() -> None:
     lines = vs.report_lines(v)
     assert lines[1:] == ["  torch.compile broke the forward into 8 graphs (shapelint did not probe this model's "
                          "graphs: priced as one graph)"]
-    # with the probe's counts (transformers 5.17: 19 + 13 graph calls a step)
-    probed = {"forward_graphs": 19, "backward_graphs": 13, "eager_ops": 61, "reasons": ["Data-dependent branching"]}
+    # with the probe's counts (transformers 5.17: 18 + 13 graph calls a step, 63 ops between them)
+    probed = {"forward_graphs": 18, "backward_graphs": 13, "eager_ops": 63, "backward_eager_ops": 20,
+              "reasons": ["Data-dependent branching"]}
     assert vs.report_lines({**v, "probed_graphs": probed})[1:] == [
-        "  torch.compile broke the forward into 8 graphs (the estimate prices the 19 + 13 graph calls a step "
-        "makes and 61 eager ops, as shapelint's probe found them)"]
+        "  torch.compile broke the forward into 8 graphs (the estimate prices the 18 + 13 graph calls a step "
+        "makes and 63 eager ops, as shapelint's probe found them)"]
     assert vs.report_lines({**v, "graphs": {"before": 1, "after": 1}})[1:] == []
 
 

@@ -102,7 +102,8 @@ class StepTime:
     gemm_ms: float
     kernels: int
     mode: Mode
-    #: kernel time per class (gemm, attention, pointwise, reduction, copy, fill, fused, optimizer)
+    #: kernel time per class (gemm, attention, pointwise, reduction, copy, fill, fused,
+    #: between_graphs, optimizer)
     by_class: tuple[tuple[str, float], ...] = ()
     #: times the host waits for the GPU inside the step (eager: a value read on the host)
     syncs: int = 0
@@ -492,7 +493,7 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
                              launched * hw.step.min_kernel_us * 1e-3), launched)
     graphs_host = 0.0
     if mode == "compile" and step.graphs is not None:
-        issued.append(between_graphs(step.graphs, hw))
+        issued.append(between_graphs(step.graphs, hw, step.training))
         classes["between_graphs"] = issued[-1][0]
         graphs_host = issued[-1][2]
     if step.training:
@@ -513,17 +514,21 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
     return StepTime(ms, gpu, host, gemm, kernels, mode, tuple(sorted(classes.items())), len(syncs), graphs_host)
 
 
-def between_graphs(graphs: GraphBreaks, hw: Hardware) -> tuple[float, int, float]:
+def between_graphs(graphs: GraphBreaks, hw: Hardware, training: bool = True) -> tuple[float, int, float]:
     """(kernel ms, kernels, host ms) of what a compiled step runs besides its graphs'
     kernels: the ops between its graphs, eager (the shortest kernel each, and the eager
     host cost of one), and each graph beyond one forward and one backward graph
-    (``compile_host_us_per_graph``). Measured on an H100, torch 2.11, transformers 5.17
-    (``docs/benchmarks.md``, "Graph breaks"): Marian 19 + 13 graphs and 104 eager ops a
-    step, OPT-125m 15 + 14 and 99, GPT-2 with a break before each block 15 + 14 and 29."""
+    (``compile_host_us_per_graph``); an inference step runs only the forward's. Measured
+    on an H100, torch 2.11, transformers 5.17 (``docs/benchmarks.md``, "Tenth run"): a
+    step of opus-mt-en-de calls 18 + 13 graphs and runs 63 ops between them, OPT-125m
+    15 + 14 and 46, GPT-2 with a break forced before each block 15 + 14 and 11. (The
+    fused regions priced from the capture may hold some of those ops' work too: a few
+    microseconds each, counted twice.)"""
     st = hw.step
-    kernel_ms = graphs.eager_ops * st.min_kernel_us * 1e-3
-    host_ms = (graphs.eager_ops * st.host_us_per_kernel + graphs.extra_graphs * st.compile_host_us_per_graph) * 1e-3
-    return kernel_ms, graphs.eager_ops, host_ms
+    ops = graphs.step_eager_ops(training)
+    kernel_ms = ops * st.min_kernel_us * 1e-3
+    host_ms = (ops * st.host_us_per_kernel + graphs.extra_graphs(training) * st.compile_host_us_per_graph) * 1e-3
+    return kernel_ms, ops, host_ms
 
 
 def host_costs(hw: Hardware, mode: Mode) -> tuple[float, float]:

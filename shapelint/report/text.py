@@ -53,12 +53,15 @@ def graphs_line(r: Result) -> str | None:
     """Under ``--compile``, where dynamo splits the step into more graphs than one
     forward and one backward (``shapelint.compile_probe``), what that costs."""
     graphs = r.step_model.step.graphs if r.step_model is not None and r.step_model.mode == "compile" else None
-    if graphs is None or (graphs.extra_graphs == 0 and graphs.forward_graphs > 0):
+    training = r.training
+    if graphs is None or (graphs.extra_graphs(training) == 0 and graphs.forward_graphs > 0):
         return None
     host_ms = r.step_time.graphs_host_ms if r.step_time is not None else 0.0
     why = f" ({'; '.join(dict.fromkeys(graphs.reasons))})" if graphs.reasons else ""
-    return (f"torch.compile splits this step into {graphs.forward_graphs} forward + {graphs.backward_graphs} "
-            f"backward graphs{why}, with {graphs.eager_ops} ops run eagerly between them: "
+    split = (f"{graphs.forward_graphs} forward + {graphs.backward_graphs} backward graphs" if training
+             else f"{graphs.forward_graphs} graphs")
+    return (f"torch.compile splits this step into {split}{why}, with {graphs.step_eager_ops(training)} ops run "
+            f"eagerly between them: "
             f"est. {host_ms:.1f} ms of host time per step, in the estimate")
 
 
