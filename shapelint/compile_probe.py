@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 from shapelint.capture import loss_or_outputs
 from shapelint.records import GraphBreaks
@@ -292,6 +293,8 @@ def probe_hf(config: Any, build: Callable[[Any], tuple[torch.nn.Module, dict[str
         for depths in plans:
             torch.manual_seed(0)
             model, inputs = build(_cut_depth(config, depths))
+            inputs = tree_map(lambda t: t.to(torch.bfloat16) if isinstance(t, torch.Tensor) and t.is_floating_point()
+                              else t, inputs)  # speech features, pixels: in the weights' dtype
             forget_warnings_once()
             counts, said = count_step(model.to(torch.bfloat16).train(), inputs)
             runs.append(counts)

@@ -199,17 +199,19 @@ def test_probe_hf_counts_an_encoder_and_a_decoder_of_different_depths() -> None:
         (counts.forward, counts.backward, counts.eager, counts.eager_backward) == (28, 28, 15, 1)
 
 
-def test_the_probe_leaves_the_global_rng_as_it_was() -> None:
+def test_the_probe_leaves_the_global_rng_as_it_was_and_feeds_float_inputs_in_bf16() -> None:
     from transformers import PretrainedConfig
 
     def build(config: Any) -> tuple[nn.Module, dict[str, Any]]:
-        return Stack(config.num_hidden_layers), {"x": torch.ones(2, 8, dtype=torch.bfloat16)}
+        # fp32 features (a speech model's, pixels) for a model the probe runs in bf16
+        return Stack(config.num_hidden_layers), {"x": torch.ones(2, 8)}
 
     torch.manual_seed(1234)
     expected = torch.rand(3)
     torch.manual_seed(1234)
-    probe_hf(PretrainedConfig.from_dict({"num_hidden_layers": 2}), build)
+    probed = probe_hf(PretrainedConfig.from_dict({"num_hidden_layers": 2}), build)
     assert torch.equal(torch.rand(3), expected)
+    assert probed == GraphBreaks(4, 4, 3, ("Data-dependent branching",), 1)
 
 
 def test_graph_breaks_counts_the_graphs_beyond_one_forward_and_one_backward() -> None:
