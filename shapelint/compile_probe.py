@@ -230,6 +230,16 @@ def _quiet_logs() -> Iterator[None]:
             set_(saved)
 
 
+@contextlib.contextmanager
+def _dynamo_reset_after() -> Iterator[None]:
+    """Dynamo's caches emptied at the end too: they hold the probe's models (up to
+    gigabytes of weights) through their guards."""
+    try:
+        yield
+    finally:
+        torch._dynamo.reset()
+
+
 #: a layer stack: (the sub-config's attribute names from the top config, its layer-count attribute)
 Stack = tuple[tuple[str, ...], str]
 
@@ -289,7 +299,7 @@ def probe_hf(config: Any, build: Callable[[Any], tuple[torch.nn.Module, dict[str
     del meta
     runs: list[_Counts] = []
     reasons: tuple[str, ...] = ()
-    with torch.random.fork_rng(devices=[]), _quiet_logs():
+    with torch.random.fork_rng(devices=[]), _quiet_logs(), _dynamo_reset_after():
         for depths in plans:
             torch.manual_seed(0)
             model, inputs = build(_cut_depth(config, depths))
