@@ -48,6 +48,8 @@ from shapelint.records import GraphBreaks
 #: tokens in the probe's one sequence (enough for masks and position code to take their
 #: usual branches; nothing in a graph break depends on the batch)
 PROBE_TOKENS = 16
+#: the largest vocabulary probed: a larger one is cut to this (token ids drawn below it)
+PROBE_VOCAB = 4096
 #: the largest two-layer instance probed (parameters); bf16, so 2 GB of weights and as
 #: much again of gradients
 MAX_PROBE_PARAMS = 1_000_000_000
@@ -266,9 +268,31 @@ def layer_stacks(config: Any) -> dict[Stack, int]:
     return out
 
 
+def _small_vocab(cfg: Any) -> None:
+    """A vocabulary over :data:`PROBE_VOCAB` cut to it, and the special token ids past it
+    moved inside (the embedding and LM head are most of a small instance's weights, and
+    no graph break depends on their size)."""
+    for key in ("vocab_size", "decoder_vocab_size"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and value > PROBE_VOCAB:
+            setattr(cfg, key, PROBE_VOCAB)
+    for key, value in list(vars(cfg).items()):
+        if key.endswith("_token_id") and isinstance(value, int) and value >= PROBE_VOCAB:
+            setattr(cfg, key, PROBE_VOCAB - 1)
+        elif key.endswith("_token_id") and isinstance(value, list):
+            setattr(cfg, key, [min(v, PROBE_VOCAB - 1) if isinstance(v, int) else v for v in value])
+
+
 def _cut_depth(config: Any, depths: dict[Stack, int]) -> Any:
-    """A copy of ``config`` with the given layer counts (per-layer lists cut to match)."""
+    """A copy of ``config`` with the given layer counts (per-layer lists cut to match)
+    and a vocabulary of at most :data:`PROBE_VOCAB`."""
     cut = copy.deepcopy(config)
+    subs = [cut]
+    while subs:
+        cfg = subs.pop()
+        _small_vocab(cfg)
+        subs += [getattr(cfg, n) for n in getattr(cfg, "sub_configs", None) or {}
+                 if getattr(cfg, n, None) is not None and hasattr(getattr(cfg, n), "to_dict")]
     for (path, key), layers in depths.items():
         sub = cut
         for name in path:

@@ -16,6 +16,7 @@ from shapelint import hardware
 from shapelint.compile_probe import (
     GRAPH_RANGE,
     _Counts,
+    _cut_depth,
     _is_view,
     _summed,
     at_depth,
@@ -341,3 +342,15 @@ def test_eager_ops_counts_the_innermost_aten_ops_outside_the_graphs() -> None:
     events = [graph.cpu_parent, graph, inside, linear, t, addmm, backward, add, view]
     assert eager_ops(events) == 2
     assert eager_ops([graph, inside]) == 0
+
+
+def test_the_probe_cuts_a_large_vocabulary_and_moves_special_tokens_inside() -> None:
+    from transformers import MarianConfig
+
+    # opus-mt-en-de's: 58101 tokens under two keys, pad and decoder start at 58100
+    config = MarianConfig(vocab_size=58101, decoder_vocab_size=58101, pad_token_id=58100,
+                          decoder_start_token_id=58100, eos_token_id=0, encoder_layers=6, decoder_layers=6)
+    cut = _cut_depth(config, {((), "encoder_layers"): 1, ((), "decoder_layers"): 2})
+    assert (cut.vocab_size, cut.decoder_vocab_size, cut.pad_token_id, cut.decoder_start_token_id) == (4096, 4096, 4095, 4095)
+    assert (cut.eos_token_id, cut.encoder_layers, cut.decoder_layers) == (0, 1, 2)
+    assert (config.vocab_size, config.encoder_layers) == (58101, 6)  # a copy: the config itself is unchanged
