@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -75,6 +76,7 @@ GRAPH_RANGE = "shapelint::compiled_graph"
 NO_KERNEL = frozenset({"aten::empty", "aten::empty_strided", "aten::_unsafe_view", "aten::resize_", "aten::set_"})
 
 
+@functools.lru_cache(maxsize=None)
 def _is_view(name: str) -> bool:
     """An ATen op whose outputs alias an input without writing it, in every overload
     (it launches nothing; ``aten::to`` that converts shows its copy as a child op)."""
@@ -161,27 +163,20 @@ def count_step(model: torch.nn.Module, inputs: dict[str, Any]) -> tuple[_Counts,
 def at_depth(one: _Counts, two: _Counts, layers: int) -> _Counts:
     """The counts at ``layers`` from those at one and two layers: what the second layer
     added, once per layer after the first."""
-    def scale(a: int, b: int) -> int:
-        return max(a + (b - a) * (layers - 1), 0)
-
-    return _Counts(scale(one.forward, two.forward), scale(one.backward, two.backward), scale(one.eager, two.eager),
-                   scale(one.eager_backward, two.eager_backward))
+    return _Counts(**{f.name: max(getattr(one, f.name) + (getattr(two, f.name) - getattr(one, f.name)) * (layers - 1), 0)
+                      for f in fields(_Counts)})
 
 
 def _summed(base: _Counts, per_stack: list[tuple[_Counts, int]]) -> _Counts:
-    """The counts of a model whose layer stacks have different depths: ``base`` with every
-    stack at one layer, plus, per stack, what its second layer added (``(counts with that
-    stack at two layers, its depth)``) times its layers after the first."""
-    total = _Counts(base.forward, base.backward, base.eager, base.eager_backward)
-    for two, depth in per_stack:
-        grown = at_depth(base, two, depth)
-        total.forward += grown.forward - base.forward
-        total.backward += grown.backward - base.backward
-        total.eager += grown.eager - base.eager
-        total.eager_backward += grown.eager_backward - base.eager_backward
-    total.forward, total.backward = max(total.forward, 0), max(total.backward, 0)
-    total.eager, total.eager_backward = max(total.eager, 0), max(total.eager_backward, 0)
-    return total
+    """The counts of a model from ``base`` (every layer stack at one layer) and, per
+    stack grown, ``(the counts with it at two layers, its depth)``: what its second
+    layer added, times its layers after the first (stacks of one depth grow together:
+    one entry)."""
+    def total(name: str) -> int:
+        one = getattr(base, name)
+        return max(one + sum(getattr(at_depth(base, two, depth), name) - one for two, depth in per_stack), 0)
+
+    return _Counts(**{f.name: total(f.name) for f in fields(_Counts)})
 
 
 @contextlib.contextmanager
@@ -246,25 +241,27 @@ def _dynamo_reset_after() -> Iterator[None]:
 Stack = tuple[tuple[str, ...], str]
 
 
+def _configs(config: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """``config`` and its sub-configs, each with its attribute names from the top."""
+    yield path, config
+    for name in getattr(config, "sub_configs", None) or {}:
+        sub = getattr(config, name, None)
+        if sub is not None and hasattr(sub, "to_dict"):
+            yield from _configs(sub, (*path, name))
+
+
 def layer_stacks(config: Any) -> dict[Stack, int]:
     """Every layer count of ``config`` and its sub-configs (an encoder's and a decoder's,
     a multimodal model's text and vision towers), under the attribute it is stored in."""
     from shapelint.validate import LAYER_KEYS
 
     out: dict[Stack, int] = {}
-
-    def walk(cfg: Any, path: tuple[str, ...]) -> None:
+    for path, cfg in _configs(config):
         aliases = getattr(cfg, "attribute_map", None) or {}
         for key in LAYER_KEYS:
             value = getattr(cfg, key, None)
             if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
                 out.setdefault((path, aliases.get(key, key)), value)
-        for name in getattr(cfg, "sub_configs", None) or {}:
-            sub = getattr(cfg, name, None)
-            if sub is not None and hasattr(sub, "to_dict"):
-                walk(sub, (*path, name))
-
-    walk(config, ())
     return out
 
 
@@ -287,16 +284,11 @@ def _cut_depth(config: Any, depths: dict[Stack, int]) -> Any:
     """A copy of ``config`` with the given layer counts (per-layer lists cut to match)
     and a vocabulary of at most :data:`PROBE_VOCAB`."""
     cut = copy.deepcopy(config)
-    subs = [cut]
-    while subs:
-        cfg = subs.pop()
-        _small_vocab(cfg)
-        subs += [getattr(cfg, n) for n in getattr(cfg, "sub_configs", None) or {}
-                 if getattr(cfg, n, None) is not None and hasattr(getattr(cfg, n), "to_dict")]
+    subs = dict(_configs(cut))
+    for sub in subs.values():
+        _small_vocab(sub)
     for (path, key), layers in depths.items():
-        sub = cut
-        for name in path:
-            sub = getattr(sub, name)
+        sub = subs[path]
         setattr(sub, key, layers)
         for per_layer in ("layer_types", "mlp_only_layers"):
             if isinstance(getattr(sub, per_layer, None), list):
@@ -313,9 +305,11 @@ def probe_hf(config: Any, build: Callable[[Any], tuple[torch.nn.Module, dict[str
     if not stacks:
         return None
     ones = dict.fromkeys(stacks, 1)
-    same = len(set(stacks.values())) == 1
-    grown = [dict.fromkeys(stacks, 2)] if same else [{**ones, stack: 2} for stack in stacks]
-    plans = [ones, *(g for g in grown if any(stacks[k] > 1 for k, v in g.items() if v == 2))]
+    if len(set(stacks.values())) == 1:  # one depth: the stacks grow together
+        grown = [(dict.fromkeys(stacks, 2), next(iter(stacks.values())))]
+    else:
+        grown = [({**ones, stack: 2}, depth) for stack, depth in stacks.items()]
+    grown = [(depths, depth) for depths, depth in grown if depth > 1]
     with torch.device("meta"):
         meta, _ = build(_cut_depth(config, dict.fromkeys(stacks, 2)))
     if sum(p.numel() for p in meta.parameters()) > MAX_PROBE_PARAMS:
@@ -324,7 +318,7 @@ def probe_hf(config: Any, build: Callable[[Any], tuple[torch.nn.Module, dict[str
     runs: list[_Counts] = []
     reasons: tuple[str, ...] = ()
     with torch.random.fork_rng(devices=[]), _quiet_logs(), _dynamo_reset_after():
-        for depths in plans:
+        for depths in [ones, *(depths for depths, _ in grown)]:
             torch.manual_seed(0)
             model, inputs = build(_cut_depth(config, depths))
             inputs = tree_map(lambda t: t.to(torch.bfloat16) if isinstance(t, torch.Tensor) and t.is_floating_point()
@@ -333,11 +327,7 @@ def probe_hf(config: Any, build: Callable[[Any], tuple[torch.nn.Module, dict[str
             counts, said = count_step(model.to(torch.bfloat16).train(), inputs)
             runs.append(counts)
             reasons = reasons or said
-    if same:
-        total = at_depth(runs[0], runs[-1], next(iter(stacks.values())))
-    else:
-        grown_runs = dict(zip([k for k in stacks if stacks[k] > 1], runs[1:]))
-        total = _summed(runs[0], [(grown_runs[k], stacks[k]) for k in grown_runs])
+    total = _summed(runs[0], [(run, depth) for run, (_, depth) in zip(runs[1:], grown)])
     return GraphBreaks(total.forward, total.backward, total.eager, reasons, total.eager_backward)
 
 

@@ -41,6 +41,8 @@ def _constant(linear: nn.Linear) -> nn.Linear:
 
 
 class Plain(nn.Module):
+    """Two constant Linear layers; the modules below differ only in their forward."""
+
     def __init__(self) -> None:
         super().__init__()
         self.a, self.b = _constant(nn.Linear(8, 8)), _constant(nn.Linear(8, 8))
@@ -49,11 +51,7 @@ class Plain(nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
-class Branchy(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.a, self.b = _constant(nn.Linear(8, 8)), _constant(nn.Linear(8, 8))
-
+class Branchy(Plain):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.a(x)
         if h.sum() > 0:  # a Python branch on a value: dynamo cannot trace through it
@@ -61,11 +59,7 @@ class Branchy(nn.Module):
         return self.b(h)
 
 
-class TwoReads(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.a, self.b = _constant(nn.Linear(8, 8)), _constant(nn.Linear(8, 8))
-
+class TwoReads(Plain):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.a(x)
         top = h.abs().max().item()
