@@ -3,8 +3,13 @@ a replay when nothing changed, each target's result from the cache or from a lin
 whose dependencies are recorded, and the run's output kept for the next replay.
 
 The cache is bypassed (neither read nor written) with ``--no-cache`` or
-``SHAPELINT_NO_CACHE=1``, and by runs that do more than report: ``--verify``,
+``SHAPELINT_NO_CACHE=1`` (``true``, ``yes``, ``on``; ``0``, ``false``, ``no``, ``off``
+and empty leave it on), and by runs that do more than report: ``--verify``,
 ``--plot``, ``--dump-graph``, ``--fix``, ``--diff`` (a replay would claim edits it did not make).
+
+A target's result is stored only when every file the lint read still has the bytes it
+had when the lint read it (or, for the target and its known dependencies, when the
+lint began): a file edited during the lint stores nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shapelint import deps, project
-from shapelint.cache import Replay, Store, Tee, default_dir, digest, file_digest, run_key
+from shapelint.cache import Replay, Store, Tee, default_dir, digest, file_digest, run_key, unchanged
+from shapelint.errors import ShapelintError
 from shapelint.targets import chosen, discover
 
 if TYPE_CHECKING:
@@ -35,15 +41,33 @@ _BYPASS = ("verify", "plot", "dump_graph", "fix", "diff")
 _REPORTING = ("format", "exit_zero", "file", "lines")
 
 
-def folder(cache_dir: str | None, cfg: Config) -> Path:
-    """``--cache-dir``, else ``SHAPELINT_CACHE_DIR``, else ``.shapelint_cache`` at the project root."""
-    given = cache_dir or os.environ.get("SHAPELINT_CACHE_DIR")
-    return Path(given) if given else default_dir(project.root(cfg))
+#: how ``SHAPELINT_NO_CACHE`` is read
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def folder(cache_dir: str | None, cfg: Config) -> tuple[Path, str]:
+    """``--cache-dir``, else ``SHAPELINT_CACHE_DIR``, else ``.shapelint_cache`` at the
+    project root; and what named it (for an error)."""
+    if cache_dir:
+        return Path(cache_dir), "--cache-dir"
+    given = os.environ.get("SHAPELINT_CACHE_DIR")
+    if given:
+        return Path(given), "SHAPELINT_CACHE_DIR"
+    return default_dir(project.root(cfg)), "the cache folder"
+
+
+def env_flag(name: str) -> bool:
+    """A boolean environment variable (unset or empty: False); anything else is an error."""
+    value = os.environ.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ShapelintError(f"{name}={os.environ[name]!r}: expected 1/true/yes/on or 0/false/no/off")
 
 
 def _disabled(args: argparse.Namespace) -> bool:
-    return bool(args.no_cache or os.environ.get("SHAPELINT_NO_CACHE", "") not in ("", "0")
-                or any(getattr(args, a, None) for a in _BYPASS))
+    return bool(args.no_cache or env_flag("SHAPELINT_NO_CACHE") or any(getattr(args, a, None) for a in _BYPASS))
 
 
 def _files_digest(paths: Sequence[str]) -> list[Any]:
@@ -69,7 +93,9 @@ class Session:
         self.rc: int | None = None
         #: whether the command line or the configuration named any target (filters may leave none)
         self.named = True
-        self._replay: Replay | None = None
+        #: what an earlier run with the same key printed (to print again), if any
+        self.replay: Replay | None = None
+        self._recorded: Replay | None = None
 
     def _options(self, path: Path) -> str:
         """The key of what decides ``path``'s result besides its files and the environment."""
@@ -109,15 +135,21 @@ class Session:
         if self.store is None:
             return lint_target(path, opts, hw, rules)
         key = self._options(path)
+        target_file = str((path / "config.json") if path.is_dir() else path)
+        known = {target_file, *(self.store.dependencies(path) or ()), *deps.project_modules(Path(self.parts["root"]))}
+        before = {os.path.abspath(f): file_digest(f) for f in known}
         with deps.recording() as opened:
             result = lint_target(path, opts, hw, rules)
-        files = set(opened) | {str(path / "config.json") if path.is_dir() else str(path)}
+        files = set(opened) | {target_file}
         for g in result.capture.gemms:
             files.update(s.file for s in (g.source, g.defined_at) if s is not None)
         if result.config_file:
             files.add(result.config_file)
         files.update(deps.project_modules(Path(self.parts["root"])))
-        self.store.save(path, key, result, deps.user_files(files, exclude=[self.store.folder]))
+        read_at = {**{f: sha for f, sha in opened.items() if sha is not None}, **before}
+        now = unchanged(read_at, deps.user_files(files, exclude=[self.store.folder]))
+        if now is not None:  # else a file changed while it was linted: store nothing
+            self.store.save(path, key, result, now)
         return result
 
     @contextlib.contextmanager
@@ -136,37 +168,35 @@ class Session:
         if output:
             with contextlib.suppress(OSError):
                 text = Path(output).read_text(encoding="utf-8")
-        self._replay = Replay(out.text(), err.text(), text, 0)
+        self._recorded = Replay(out.text(), err.text(), text, 0)
 
-    def done(self, rc: int) -> int:
-        """The run's exit code, after storing its output under the key of its entries."""
-        if self.store is not None and self._replay is not None:
+    def done(self, rc: int, findings: int, exit_zero: bool) -> int:
+        """The run's exit code (``findings`` reported, no target failed), after storing
+        its output under the key of its entries."""
+        if self.store is not None and self._recorded is not None:
             entries = [self.store.valid(p, self._options(p)) for p in self.paths]
             if all(entries):
-                self._replay.rc = rc
-                self.store.save_run(run_key(self.run, [str(e) for e in entries]), self._replay)
+                self._recorded.rc, self._recorded.findings, self._recorded.exit_zero = rc, findings, exit_zero
+                self.store.save_run(run_key(self.run, [str(e) for e in entries]), self._recorded)
         return rc
 
 
-def _portable(exc: Exception) -> Exception:
-    """``exc``, or (when it would not survive the pickling back from a worker process)
-    a ``ShapelintError`` with its one-line text; an internal error stays marked as one."""
-    import pickle
+def _portable(exc: Exception) -> ShapelintError:
+    """``exc`` as the one line the run prints for it (an internal error stays marked as
+    one), in an exception that travels back from a worker process whatever ``exc`` held."""
+    from shapelint.errors import describe
 
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:
-        from shapelint.errors import ShapelintError, one_line
-
-        if isinstance(exc, ShapelintError):
-            return ShapelintError(one_line(exc))
-        return RuntimeError(one_line(exc))
+    return ShapelintError(describe(exc))
 
 
 def start(args: argparse.Namespace, cfg: Config, flags: Settings) -> Session:
-    """The run's targets and cache; ``rc`` set when nothing is left to lint."""
-    store = None if _disabled(args) else Store(folder(args.cache_dir, cfg))
+    """The run's targets and cache; ``rc`` set when nothing is left to lint, ``replay``
+    when an earlier run with the same key can be printed again (the caller prints it,
+    through the same checks as a fresh report: :func:`print_replay`)."""
+    store = None
+    if not _disabled(args):
+        where, named_by = folder(args.cache_dir, cfg)
+        store = Store.open(where, project.root(cfg), named_by)
     parts = {
         "config": {k: v for k, v in asdict(cfg).items() if k not in _REPORTING},
         "flags": {k: v for k, v in asdict(flags).items() if k not in _REPORTING},
@@ -188,23 +218,21 @@ def start(args: argparse.Namespace, cfg: Config, flags: Settings) -> Session:
         session.rc = 0  # the commit touches no target and no target's dependency
     elif store is not None and paths:
         entries = [store.valid(p, session._options(p)) for p in paths]
-        replay = store.replay(run_key(session.run, [str(e) for e in entries])) if all(entries) else None
-        if replay is not None:
-            session.rc = _replay(replay, args.output)
+        session.replay = store.replay(run_key(session.run, [str(e) for e in entries])) if all(entries) else None
     return session
 
 
-def _replay(replay: Replay, output: str | None) -> int:
-    sys.stdout.write(replay.stdout)
-    sys.stderr.write(replay.stderr)
-    if output and replay.output is not None:
-        from shapelint.errors import ShapelintError
+def print_replay(replay: Replay, output: str | None) -> int:
+    """Print again what a run printed (the ``--output`` file written as a fresh run
+    writes it: :func:`shapelint.outputs.write_file`); its exit code."""
+    from shapelint import outputs
 
-        try:
-            Path(output).write_text(replay.output, encoding="utf-8")
-        except OSError as exc:
-            raise ShapelintError(f"--output {output}: {exc.strerror}") from exc
+    if output and replay.output is not None:
+        outputs.write_file(output, replay.output, "--output")
+    with outputs.stdout_guard():
+        sys.stdout.write(replay.stdout)
+    sys.stderr.write(replay.stderr)
     return replay.rc
 
 
-__all__ = ["Session", "folder", "start"]
+__all__ = ["Session", "env_flag", "folder", "print_replay", "start"]

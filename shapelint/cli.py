@@ -130,10 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         limits = _isolation(argv, console)
         if limits is None:
             return lint()
-        from shapelint import isolate, outputs
+        from shapelint import isolate
 
-        with outputs.stdout_guard():
-            return isolate.run_isolated(lint, **limits)
+        return isolate.run_isolated(lint, **limits)
 
     return _guarded(isolated, debug)
 
@@ -218,6 +217,9 @@ def _run(argv: list[str]) -> int:
         session = cached.start(args, cfg, flags)
         if session.rc is not None:
             return session.rc
+        _check_outputs(args, session.paths, cfg.file)  # a replay writes where a fresh run would, or nowhere
+        if session.replay is not None:
+            return cached.print_replay(session.replay, args.output)
     all_rules = check.load_rules(args.rules_dir)
     _check_config_codes(cfg, all_rules)
     rules = check.select_rules(all_rules, given.select or [], given.ignore or [])
@@ -245,7 +247,6 @@ def _run(argv: list[str]) -> int:
     from shapelint.pipeline import with_findings
 
     paths = session.paths
-    _check_outputs(args, paths, cfg.file)
     graphs = outputs.graph_paths(args.dump_graph, paths) if args.dump_graph else [None] * len(paths)
     known = {r.code for r in all_rules} | {r.name for r in all_rules}
     reader = suppress.LineReader()
@@ -307,8 +308,8 @@ def _run(argv: list[str]) -> int:
     from shapelint.verify import confirmed
 
     count = sum(1 for r in results for f in r.findings if not f.suppressed and confirmed(f))
-    exit_zero = _or_default(given.exit_zero, "exit-zero")
-    return session.done(1 if count and not exit_zero else 0)
+    exit_zero = bool(_or_default(given.exit_zero, "exit-zero"))
+    return session.done(1 if count and not exit_zero else 0, count, exit_zero)
 
 
 def _check_outputs(args: argparse.Namespace, paths: list[Path], config_file: str | None) -> None:
@@ -317,14 +318,17 @@ def _check_outputs(args: argparse.Namespace, paths: list[Path], config_file: str
     from shapelint import outputs
 
     protected = outputs.protected_paths(paths, config_file, args.rules_dir)
+    given: list[tuple[str, str]] = []
     if args.output is not None:
-        outputs.check_output_path(args.output, protected, "--output")
+        given.append(("--output", args.output))
     if args.plot is not None:
-        outputs.check_output_path(args.plot, protected, "--plot")
+        given.append(("--plot", args.plot))
     if args.dump_graph is not None:
         outputs.check_file_name(args.dump_graph, "--dump-graph")
-        for graph in outputs.graph_paths(args.dump_graph, paths):
-            outputs.check_output_path(str(graph), protected, "--dump-graph")
+        given += [("--dump-graph", str(graph)) for graph in outputs.graph_paths(args.dump_graph, paths)]
+    for flag, path in given:
+        outputs.check_output_path(path, protected, flag)
+    outputs.check_distinct(given)
 
 
 def _failed(path: Path, exc: Exception) -> TargetError:
@@ -360,14 +364,31 @@ def _calibrate(argv: list[str]) -> int:
 
 
 def _clean(argv: list[str]) -> int:
-    p = _Parser(prog="shapelint clean", description="Delete the result cache (.shapelint_cache at the project root).")
+    p = _Parser(prog="shapelint clean",
+                description="Delete the result cache (.shapelint_cache at the project root): only a folder shapelint "
+                            "made, and in it only the files shapelint wrote.")
     p.add_argument("--cache-dir", metavar="DIR", help="the cache folder to delete instead")
     p.add_argument("--config", metavar="FILE", help="the configuration file that marks the project root")
     args = p.parse_args(argv)
+    from shapelint import cache, project
     from shapelint.config import load_config
 
-    folder = cached.folder(args.cache_dir, load_config(args.config))
-    print(f"removed {folder}" if Store(folder).clear() else f"no cache at {folder}")
+    cfg = load_config(args.config)
+    folder, named_by = cached.folder(args.cache_dir, cfg)
+    why = cache.forbidden(folder, project.root(cfg))
+    if why:
+        raise ShapelintError(f"{named_by} {folder}: {why}; nothing removed")
+    if not folder.exists() and not folder.is_symlink():
+        print(f"no cache at {folder}")
+        return 0
+    if not cache.is_cache(folder):
+        raise ShapelintError(f"{folder}: not a shapelint cache (no CACHEDIR.TAG of shapelint's); nothing removed")
+    stays = Store(folder).clear()
+    if not stays:
+        print(f"removed {folder}")
+        return 0
+    shown = ", ".join(str(p) for p in stays[:3]) + (f" and {len(stays) - 3} more" if len(stays) > 3 else "")
+    print(f"removed shapelint's files from {folder}; kept what shapelint did not make: {shown}")
     return 0
 
 

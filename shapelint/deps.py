@@ -10,54 +10,93 @@ first time :func:`recording` runs, and does nothing outside it.
 
 What this cannot see: a file read by a C extension without Python's ``open``, and a
 module some earlier code imported before the recording began and that the project's
-own folder does not hold. The cache key also covers shapelint's own sources and the
-versions of torch and transformers, which stands for the installed packages.
+own folder does not hold. The cache key also covers shapelint's own sources and every
+installed distribution's version, which stands for the installed packages.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import importlib.util
 import os
 import site
 import sys
 import sysconfig
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 _SHAPELINT_DIR = os.path.dirname(os.path.abspath(__file__))
 
-#: the files opened for reading while a recording runs (None: not recording)
-_opened: set[str] | None = None
+#: the files opened for reading while a recording runs, each with the digest of its
+#: bytes when it was first opened (None: not recording)
+_opened: dict[str, str | None] | None = None
 _hooked = False
+#: set while the hook itself reads a file (its own open must not be recorded)
+_in_hook = threading.local()
 
 
 def _audit(event: str, args: tuple[object, ...]) -> None:
-    if _opened is None or event != "open":
+    if _opened is None or event != "open" or getattr(_in_hook, "active", False):
         return
     path, mode = args[0], args[1] if len(args) > 1 else "r"
-    if isinstance(path, str) and (mode is None or not any(c in str(mode) for c in "wax+")):
-        _opened.add(os.path.abspath(path))  # now: user code may change the working directory
+    if not isinstance(path, str) or (mode is not None and any(c in str(mode) for c in "wax+")):
+        return
+    path = _source(os.path.abspath(path))  # now: user code may change the working directory
+    if path is None or path in _opened:
+        return
+    _in_hook.active = True
+    try:
+        _opened[path] = _digest(path) if not _is_system(path, _system_dirs()) else None
+    finally:
+        _in_hook.active = False
+
+
+def _source(path: str) -> str | None:
+    """``path``, or for a compiled module (``__pycache__/x.cpython-311.pyc``) its source file."""
+    if "__pycache__" in path.split(os.sep) and path.endswith(".pyc"):
+        try:
+            return importlib.util.source_from_cache(path)
+        except ValueError:
+            return None
+    return path
+
+
+def _digest(path: str) -> str | None:
+    """SHA-256 of a regular file's bytes, as the lint is about to read them."""
+    try:
+        if not os.path.isfile(path):
+            return None
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[set[str]]:
+def recording() -> Iterator[dict[str, str | None]]:
     """Collect the paths opened for reading inside the ``with`` body (raw: filter
-    them with :func:`user_files`)."""
+    them with :func:`user_files`), each user file with the digest of its bytes when
+    the body first opened it (:func:`shapelint.cache.unchanged` compares them with the
+    files after the lint: an edit in between stores nothing)."""
     global _opened, _hooked
     if not _hooked:
         sys.addaudithook(_audit)
         _hooked = True
-    outer, _opened = _opened, set()
+    outer, _opened = _opened, {}
     seen = _opened
     try:
         yield seen
     finally:
         _opened = outer
         if outer is not None:
-            outer.update(seen)
+            for path, sha in seen.items():
+                outer.setdefault(path, sha)
 
 
+@functools.cache
 def _system_dirs() -> tuple[str, ...]:
     dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, _SHAPELINT_DIR,
             *sysconfig.get_paths().values(), *site.getsitepackages(), site.getusersitepackages()}
@@ -79,13 +118,8 @@ def user_files(paths: Iterable[str], *, exclude: Iterable[Path] = ()) -> list[st
     system = _system_dirs() + tuple(os.path.abspath(e) + os.sep for e in exclude)
     out = set()
     for raw in paths:
-        path = os.path.abspath(raw)
-        if "__pycache__" in path.split(os.sep) and path.endswith(".pyc"):
-            try:
-                path = importlib.util.source_from_cache(path)
-            except ValueError:
-                continue
-        if not _is_system(path, system) and os.path.isfile(path):
+        path = _source(os.path.abspath(raw))
+        if path is not None and not _is_system(path, system) and os.path.isfile(path):
             out.add(path)
     return sorted(out)
 

@@ -95,7 +95,12 @@ def run_isolated(fn: Callable[[], int], *, timeout: float | None = None, max_mem
             os.close(read_end)
             if err_read is not None:
                 os.close(err_read)
-        _copy(captured, stdout if stdout is not None else sys.stdout.buffer)
+        try:
+            _copy(captured, stdout if stdout is not None else sys.stdout.buffer)
+        except BrokenPipeError:  # the reader has gone (`| head`): the lint's exit code still stands
+            from shapelint.outputs import reader_gone
+
+            reader_gone()
         return rc
 
 

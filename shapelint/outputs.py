@@ -7,10 +7,12 @@ whole files or nothing, and a closed pipe or a full disk as one line (or silence
 - :func:`protected_paths`: those files, from the targets and the configuration;
 - :func:`graph_paths`: ``--dump-graph FILE`` with several targets writes
   ``FILE-1-<target>.py``, ``FILE-2-<target>.py``... (one each; the last no longer wins);
+- :func:`check_distinct`: two outputs of one run (``--plot r.svg -o r.svg``) are refused;
 - :func:`write_file`: a regular file is written to a temporary file beside it and
-  renamed over it (a failed write leaves the old file whole); a device or FIFO
-  (``-o /dev/full``, ``-o /dev/stdout``) is written directly; every OSError is a
-  one-line ShapelintError naming the flag;
+  renamed over it (a failed write leaves the old file whole; a symbolic link stays a
+  link, and the file it points at is replaced); a FIFO, a device or a socket is
+  refused with one line (a FIFO with no reader would hang the run); every OSError is
+  a one-line ShapelintError naming the flag;
 - :func:`stdout_guard`: a reader that closes the pipe early (``shapelint ... | head``)
   ends the output quietly, with the run's own exit code.
 """
@@ -36,14 +38,24 @@ def check_file_name(path: str, flag: str) -> None:
 
 
 def check_output_path(path: str, protected: Iterable[Path], flag: str = "--output") -> None:
-    """Refuse an output path that is empty, one of the files shapelint reads, or a folder."""
+    """Refuse an output path that is empty, a folder, a FIFO, a device or a socket, or
+    one of the files shapelint reads (also through a symbolic link)."""
     check_file_name(path, flag)
     out = Path(path)
     if out.is_dir():
         raise ShapelintError(f"{flag} {path}: is a directory")
+    _refuse_special(out, flag)
     for p in protected:
         if _same_file(out, p):
             raise ShapelintError(f"{flag} {path}: is {p}, which shapelint reads; refusing to overwrite it")
+
+
+def check_distinct(outputs: Sequence[tuple[str, str]]) -> None:
+    """Two outputs of one run (``(flag, path)`` each) may not be one file."""
+    for i, (flag, path) in enumerate(outputs):
+        for other_flag, other in outputs[:i]:
+            if _same_file(Path(path), Path(other)):
+                raise ShapelintError(f"{flag} {path}: is also {other_flag}'s file; give each output its own file")
 
 
 def protected_paths(targets: Iterable[Path], config_file: str | None = None,
@@ -73,15 +85,15 @@ def graph_paths(base: str, targets: Sequence[Path]) -> list[Path]:
 
 
 def write_file(path: str, text: str, flag: str = "--output") -> None:
-    """Write ``text`` to ``path`` whole, or raise one ShapelintError line."""
+    """Write ``text`` to ``path`` whole (a symbolic link: to the file it points at,
+    which stays a link), or raise one ShapelintError line; a FIFO, a device or a
+    socket is refused (a FIFO with no reader would block the run)."""
+    target = Path(os.path.realpath(path))
+    _refuse_special(target, flag, shown=path)
     try:
-        if _is_special(Path(path)):
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-        else:
-            _replace_atomically(Path(path), text)
+        _replace_atomically(target, text)
     except OSError as exc:
-        raise ShapelintError(f"{flag} {path}: {exc.strerror or exc}") from exc
+        raise ShapelintError(f"{flag} {path}: {exc.strerror or exc}") from None
 
 
 @contextlib.contextmanager
@@ -93,10 +105,17 @@ def stdout_guard() -> Iterator[None]:
         yield
         sys.stdout.flush()
     except BrokenPipeError:
-        with contextlib.suppress(OSError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
+        reader_gone()
+
+
+def reader_gone() -> None:
+    """The reader of stdout has gone: point fd 1 at /dev/null, so that later writes
+    and the interpreter's final flush go nowhere instead of failing again (the run's
+    exit code stays the lint's)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -111,12 +130,20 @@ def _same_file(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
 
 
-def _is_special(path: Path) -> bool:
-    """An existing path that is not a regular file: a device, a FIFO, a socket."""
+def _refuse_special(path: Path, flag: str, shown: str | None = None) -> None:
+    """An existing path that is not a regular file or a folder (a device, a FIFO, a
+    socket) is no place for a report."""
     try:
-        return not stat.S_ISREG(os.stat(path).st_mode)
+        mode = os.stat(path).st_mode
     except OSError:
-        return False
+        return
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    stdout = " (leave out --output to write to stdout)" if flag == "--output" else ""
+    raise ShapelintError(f"{flag} {shown or path}: is {kind}; shapelint writes regular files only{stdout}")
 
 
 def _replace_atomically(path: Path, text: str) -> None:
@@ -166,4 +193,5 @@ def _stem(target: Path) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-__all__ = ["check_file_name", "check_output_path", "graph_paths", "protected_paths", "stdout_guard", "write_file"]
+__all__ = ["check_distinct", "check_file_name", "check_output_path", "graph_paths", "protected_paths", "reader_gone",
+           "stdout_guard", "write_file"]

@@ -25,7 +25,7 @@ from shapelint.locate import locate_all
 from shapelint.outputs import write_file
 from shapelint.price import Policy, StepEstimate, StepModel, price, step_estimate
 from shapelint.price.step import Step, StepTime
-from shapelint.records import Finding
+from shapelint.records import Finding, GraphBreaks
 from shapelint.rule_api import Rule, RuleContext
 from shapelint.settings import default
 from shapelint.tp import shard
@@ -168,7 +168,44 @@ def with_findings(result: Result, findings: list[Finding]) -> Result:
                    step_time_after=after)
 
 
-__all__ = ["Options", "Result", "TargetError", "lint_loaded", "lint_target", "with_findings"]
+def result_to_data(result: Result) -> dict[str, Any]:
+    """``result`` as inert JSON data (:mod:`shapelint.serial`); the step model is kept
+    as what rebuilds it from the capture (its mode, optimizer and torch.compile graphs)."""
+    from shapelint import serial
+
+    data: dict[str, Any] = serial.encode(replace(result, step_model=None))
+    sm = result.step_model
+    data["step_model"] = None if sm is None else {
+        "mode": sm.mode, "optimizer": sm.optimizer, "graphs": serial.encode(sm.step.graphs, GraphBreaks | None)}
+    return data
+
+
+def result_from_data(data: Any) -> Result:
+    """The ``Result`` that :func:`result_to_data` wrote, or :class:`shapelint.serial.DecodeError`."""
+    from shapelint import serial
+    from shapelint.price.step import MODES
+
+    if not isinstance(data, dict):
+        raise serial.DecodeError("$: expected an object for Result")
+    model = data.get("step_model")
+    result: Result = serial.decode(Result, {**data, "step_model": None})
+    if model is None:
+        return result
+    if not isinstance(model, dict) or set(model) != {"mode", "optimizer", "graphs"} or model["mode"] not in MODES \
+            or not isinstance(model["optimizer"], str):
+        raise serial.DecodeError("$.step_model: expected its mode, optimizer and graphs")
+    cap = result.capture
+    step = Step(cap.gemms, cap.ops, cap.params, result.training, cap.syncs, cap.breaks,
+                serial.decode(GraphBreaks | None, model["graphs"]))
+    try:
+        sm = StepModel(step, result.hardware, model["mode"], model["optimizer"])
+    except (KeyError, ValueError, TypeError, IndexError) as exc:
+        raise serial.DecodeError(f"$.step_model: {exc}") from None
+    return replace(result, step_model=sm)
+
+
+__all__ = ["Options", "Result", "TargetError", "lint_loaded", "lint_target", "result_from_data", "result_to_data",
+           "with_findings"]
 
 
 def trace(build: Callable[[], tuple[torch.nn.Module, Any]], *, precision: str = "bf16",

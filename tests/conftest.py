@@ -10,6 +10,11 @@ import pytest
 # the result cache stays off unless a test turns it on (tests/test_cache.py): a test that
 # patches shapelint's internals must never be answered from another test's entry
 os.environ["SHAPELINT_NO_CACHE"] = "1"
+# the cache's key lives in the user's cache home: the suite's own, never the machine user's
+if "SHAPELINT_TEST_KEEP_HOME" not in os.environ:
+    import tempfile
+
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="shapelint-test-cache-home-")
 
 # pytest-xdist runs one worker per core (pyproject.toml's addopts): each worker's torch
 # computes on one thread, not on every core against the other workers

@@ -53,7 +53,12 @@ def no_lint(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def entries(root: Path) -> list[Path]:
-    return sorted((root / cache.DIR_NAME / "results").glob("*.entry"))
+    return sorted((root / cache.DIR_NAME / "results").glob("*.json"))
+
+
+def body(record: Path) -> dict:  # type: ignore[type-arg]
+    """A record's JSON body (after its first line: magic, schema, HMAC)."""
+    return json.loads(record.read_bytes().split(b"\n", 1)[1])
 
 
 def test_rerun_is_served_from_the_cache_in_every_format(project: Path, capsys: pytest.CaptureFixture[str],
@@ -62,7 +67,7 @@ def test_rerun_is_served_from_the_cache_in_every_format(project: Path, capsys: p
     assert first["json"][0] == 1 and json.loads(first["json"][1])["summary"]["findings"] == 1
     assert (project / cache.DIR_NAME / ".gitignore").read_text().splitlines()[-1] == "*"
     (entry,) = entries(project)  # one entry serves every format
-    deps = json.loads(entry.read_bytes().split(b"\n", 1)[0])["deps"]
+    deps = body(entry)["deps"]
     assert sorted(Path(d).relative_to(project).as_posix() for d in deps if Path(d).is_relative_to(project)) == \
         ["model.py", "pkg/__init__.py", "pkg/layers.py"]
     no_lint(monkeypatch)
@@ -84,11 +89,13 @@ def test_editing_an_imported_file_is_not_served_from_the_cache(project: Path,
 
 
 def test_a_replay_imports_no_torch(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(["--format", "json", "--statistics"], capsys)
     code = ("import sys\nfrom shapelint.cli import main\nrc = main(['--format', 'json', '--statistics'])\n"
             "print('torch' in sys.modules, rc, file=sys.stderr)")
+    # the cache's environment covers sys.path: both runs are the same command in a fresh process
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=project)
+    assert first.stderr.splitlines()[-1] == "True 1", first.stderr
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=project)
-    assert proc.stdout == out
+    assert proc.stdout == first.stdout and json.loads(proc.stdout)["summary"]["findings"] == 1
     assert proc.stderr.splitlines()[-1] == "False 1", proc.stderr
     assert "1  total" in proc.stderr  # --statistics (stderr with --format json) replayed too
 
@@ -121,7 +128,7 @@ def test_corrupt_and_foreign_entries_are_ignored_and_rewritten(project: Path, ca
     monkeypatch.setattr(cli.cached.Session, "lint", counted)
     assert run(["--format", "json"], capsys)[:2] == (rc, out)
     assert calls == [Path("model.py")]  # the foreign entry was not used...
-    assert json.loads(entry.read_bytes().split(b"\n", 1)[0])["schema"] == cache.SCHEMA  # ...but replaced
+    assert entry.read_bytes().split(b" ")[1] == str(cache.SCHEMA).encode()  # ...but replaced
 
 
 def test_no_cache_cache_dir_and_clean(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -209,10 +209,25 @@ def test_one_graph_per_target(here: Path, capsys: pytest.CaptureFixture[str]) ->
     assert not (here / "g.py").exists()
 
 
+def test_a_full_disk_is_one_line(here: Path, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    (here / "r.txt").write_text("the old report\n")
+    monkeypatch.setattr("shapelint.outputs._replace_atomically", full)
+    rc, _, err = lint(["model.py", "-o", "r.txt"], here, capsys)
+    assert rc == 2 and err == "shapelint: error: --output r.txt: No space left on device\n"
+    assert (here / "r.txt").read_text() == "the old report\n"
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-def test_a_full_disk_is_one_line(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_device_is_refused_before_the_lint(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = lint(["model.py", "-o", "/dev/full"], here, capsys)
-    assert rc == 2 and "--output /dev/full: No space left on device" in err
+    assert rc == 2 and err == ("shapelint: error: --output /dev/full: is a character device; shapelint writes "
+                               "regular files only (leave out --output to write to stdout)\n")
 
 
 def test_a_closed_pipe_ends_quietly_with_the_runs_exit_code(here: Path, capsys: pytest.CaptureFixture[str],
