@@ -310,7 +310,8 @@ class Store:
             empty = self.folder.is_dir() and not self.folder.is_symlink() and not any(self.folder.iterdir())
             why = None if empty else "exists and is not a shapelint cache (no CACHEDIR.TAG of shapelint's)"
         if why:
-            raise ShapelintError(f"{flag} {self.folder}: {why}; give the cache a folder of its own")
+            raise ShapelintError(f"{flag} {self.folder}: {why}; give the cache a folder of its own (--cache-dir, "
+                                 "SHAPELINT_CACHE_DIR) or --no-cache")
 
     # -- files
     def _results(self) -> Path:

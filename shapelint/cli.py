@@ -498,7 +498,9 @@ def _write(results: list, args: argparse.Namespace, fmt: str, rules: Sequence[Ru
            errors: Sequence[TargetError] = ()) -> None:
     """The report: to ``--output`` whole (a temporary file renamed over it), else to
     stdout (a reader that closes the pipe early ends it quietly). The machine formats
-    carry the targets that failed (``errors``); the text report leaves them to stderr."""
+    carry the targets that failed (``errors``); the text report leaves them to stderr,
+    and when every target failed it writes no ``--output`` file (an earlier report
+    there stays whole)."""
     from shapelint import outputs
 
     if fmt == "json":
@@ -517,6 +519,8 @@ def _write(results: list, args: argparse.Namespace, fmt: str, rules: Sequence[Ru
         rendered = None
     if args.output:
         if rendered is None:
+            if not results:  # every target failed (stderr says why): the text report would be empty
+                return
             import io
 
             buffer = io.StringIO()

@@ -1,0 +1,338 @@
+"""Issue 24: the result cache, ``shapelint clean`` and the output path under hostile
+input. Each case runs in its own folder, with a snapshot of the files before and
+after: nothing the cache holds is ever run or trusted blindly, nothing is deleted that
+shapelint did not make, and a replay writes only where a fresh run would.
+
+The project: ``model.py`` builds ``nn.Linear(1023, 1024)`` over 4096 tokens: one SL101
+finding, exit 1 (``tests/_cli_helpers.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _cli_helpers import run, write_model
+from _hostile import full_snapshot
+
+from shapelint import cache
+
+FINDING = "SL101"
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project folder (a git root) with the cache on and a key home of its own."""
+    monkeypatch.delenv("SHAPELINT_NO_CACHE", raising=False)
+    monkeypatch.delenv("SHAPELINT_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "key-home"))
+    cache._key.cache_clear()
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    write_model(project)
+    monkeypatch.chdir(project)
+    yield project
+    cache._key.cache_clear()
+
+
+def records(project: Path, kind: str = "results") -> list[Path]:
+    return sorted((project / cache.DIR_NAME / kind).glob("*.json"))
+
+
+def lint_json(capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    rc, out, err = run(["model.py", "--format", "json", "--no-config", *extra], capsys)
+    assert rc in (1, 0), err
+    return rc, json.loads(out)
+
+
+def findings(doc: dict) -> list[str]:  # type: ignore[type-arg]
+    return [f["code"] for f in doc["findings"]]
+
+
+# -- nothing in the cache is code ---------------------------------------------------------
+
+
+def test_a_pickled_entry_is_never_unpickled(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A crafted entry (schema 1's JSON header line + a pickle that calls os.system)
+    ran code while shapelint linted a plain target. Now it is a file shapelint never
+    opens as code: the lint runs, and the marker file the pickle would make is absent."""
+    lint_json(capsys)
+    (entry,) = records(here)
+    marker = here / "pwned"
+
+    class Evil:
+        def __reduce__(self) -> tuple:  # type: ignore[type-arg]
+            return (os.system, (f"touch {marker}",))
+
+    import pickle
+
+    payload = pickle.dumps(Evil())
+    header = {"schema": 1, "env": cache.environment(), "target": str((here / "model.py").resolve()), "deps": {},
+              "payload": __import__("hashlib").sha256(payload).hexdigest()}
+    for name in (entry.name, entry.with_suffix(".entry").name):
+        (entry.parent / name).write_bytes(json.dumps(header).encode() + b"\n" + payload)
+    for run_file in records(here, "runs"):
+        run_file.unlink()
+    rc, doc = lint_json(capsys)
+    assert rc == 1 and findings(doc) == [FINDING]
+    assert not marker.exists()
+
+
+def test_a_forged_record_is_a_miss(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An edited record replayed "no findings" and exit 0. A record whose bytes were
+    changed does not verify under the key: it is linted again."""
+    first = lint_json(capsys)
+    for record in records(here) + records(here, "runs"):
+        head, _, body = record.read_bytes().partition(b"\n")
+        doc = json.loads(body)
+        if "result" in doc:
+            doc["result"]["findings"] = []
+        else:
+            doc["run"].update(stdout='{"findings": []}\n', rc=0, findings=0)
+        record.write_bytes(head + b"\n" + json.dumps(doc).encode())
+    assert lint_json(capsys) == first
+
+
+def test_a_record_from_another_machine_is_a_miss(here: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache committed to the repository (``git add -f``) or restored from a shared CI
+    cache was made under another key: every record is a miss, never a result."""
+    write_model(here, in_features=1024)  # no finding
+    rc, doc = lint_json(capsys)
+    assert rc == 0 and findings(doc) == []
+    write_model(here)  # the finding is back, and the attacker's records claim no finding:
+    forged = {p: p.read_bytes() for p in records(here) + records(here, "runs")}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "attacker-home"))
+    cache._key.cache_clear()
+    write_model(here, in_features=1024)
+    lint_json(capsys)  # records of the clean model, under the attacker's key, with this content
+    attacker = {p: p.read_bytes() for p in records(here) + records(here, "runs")}
+    write_model(here)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "key-home"))
+    cache._key.cache_clear()
+    for p, data in {**forged, **attacker}.items():
+        p.write_bytes(data)
+    rc, doc = lint_json(capsys)
+    assert rc == 1 and findings(doc) == [FINDING]
+
+
+def test_an_exit_code_must_agree_with_the_findings() -> None:
+    """A stored exit code of 300 replayed as 44; a replay now needs 0, 1 or 2, and the
+    one its findings and errors give."""
+    ok = cache.Replay("", "", None, 1, findings=1)
+    assert ok.consistent()
+    for bad in (cache.Replay("", "", None, 300, findings=1), cache.Replay("", "", None, 0, findings=1),
+                cache.Replay("", "", None, 1, findings=0), cache.Replay("", "", None, 0, findings=1, errors=1),
+                cache.Replay("", "", None, 1, findings=1, exit_zero=True), cache.Replay("", "", None, 0, findings=-1)):
+        assert not bad.consistent(), bad
+
+
+def test_a_signed_but_inconsistent_run_is_not_replayed(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Even a record that verifies (written with the key) replays only an exit code that
+    agrees with it."""
+    first = lint_json(capsys)
+    key = cache._key()
+    assert key is not None
+    for record in records(here, "runs"):
+        doc = json.loads(record.read_bytes().partition(b"\n")[2])
+        doc["run"]["rc"] = 0
+        record.write_bytes(cache._sealed(key, doc))
+    assert lint_json(capsys) == first
+
+
+def test_an_insecure_key_turns_the_cache_off(here: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A key file others can write could sign anything: the cache is off, the lint runs."""
+    lint_json(capsys)
+    cache.key_file().chmod(0o666)
+    cache._key.cache_clear()
+    for record in records(here) + records(here, "runs"):
+        record.unlink()
+    assert lint_json(capsys)[0] == 1
+    assert records(here) == [] and records(here, "runs") == []
+
+
+# -- the key covers what decides a result --------------------------------------------------
+
+
+def test_the_environment_covers_sys_path_and_every_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache went stale after upgrading any library but torch and transformers, or
+    after a PYTHONPATH change."""
+    cache.environment.cache_clear()
+    before = cache.environment()
+    monkeypatch.setattr(sys, "path", [*sys.path, "/somewhere/else"])
+    cache.environment.cache_clear()
+    assert cache.environment() != before
+    monkeypatch.undo()
+    real = cache._distributions()
+    assert ("pytest", __import__("pytest").__version__) in {(n, v) for n, v, _ in real}
+    monkeypatch.setattr(cache, "_distributions", lambda: [(n, "0.0" if n == "PyYAML" else v, p) for n, v, p in real])
+    cache.environment.cache_clear()
+    assert cache.environment() != before
+    monkeypatch.undo()
+    cache.environment.cache_clear()
+    assert cache.environment() == before
+
+
+def test_an_edit_during_the_lint_stores_nothing(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """File digests were taken after tracing: an edit mid-lint stored the old result
+    under the new content, and the next run replayed exit 0. The model below edits its
+    own file while it is linted (as an editor saving mid-lint would): nothing is stored,
+    and the next run lints the file as it now is."""
+    fixed = (here / "model.py").read_text().replace("1023", "1024")
+    (here / "model.py").write_text(
+        "import torch\nimport torch.nn as nn\nfrom pathlib import Path\n\n\n"
+        "def shapelint_model():\n"
+        "    Path(__file__).write_text(" + repr(fixed) + ")\n"
+        "    return nn.Sequential(nn.Linear(1023, 1024)), torch.randn(4096, 1023)\n")
+    rc, doc = lint_json(capsys)
+    assert rc == 1 and findings(doc) == [FINDING]
+    assert records(here) == []
+    rc, doc = lint_json(capsys)  # the file as it is now: no finding, and now it is stored
+    assert rc == 0 and findings(doc) == [] and len(records(here)) == 1
+
+
+# -- clean deletes only what shapelint made ------------------------------------------------
+
+
+def clean(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    return run(["clean", *argv], capsys)
+
+
+@pytest.mark.parametrize("folder", ["proj", "home"])
+def test_clean_never_deletes_a_folder_it_did_not_make(here: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch, folder: str) -> None:
+    """``clean --cache-dir proj`` deleted a user's project (it held ``results/``);
+    ``SHAPELINT_CACHE_DIR=~/.cache`` then ``clean`` deleted all of ``~/.cache``."""
+    target = here / folder
+    (target / "results").mkdir(parents=True)
+    (target / "results" / "weights.json").write_text("{}")
+    (target / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\n# another tool's\n")
+    (target / "notes.txt").write_text("mine")
+    before = full_snapshot(here)
+    if folder == "home":
+        monkeypatch.setenv("SHAPELINT_CACHE_DIR", str(target))
+        rc, out, err = clean(capsys)
+    else:
+        rc, out, err = clean(capsys, "--cache-dir", folder)
+    assert rc == 2 and "not a shapelint cache" in err and "nothing removed" in err
+    assert full_snapshot(here) == before
+    given = [] if folder == "home" else ["--cache-dir", folder]
+    rc, _, err = run(["model.py", "--no-config", *given], capsys)  # nor is it used as a cache
+    assert rc == 2 and "exists and is not a shapelint cache" in err
+    assert full_snapshot(here) == before
+
+
+@pytest.mark.parametrize("given", [".", "..", "/"])
+def test_the_project_root_and_its_parents_are_never_a_cache(here: Path, capsys: pytest.CaptureFixture[str],
+                                                            given: str) -> None:
+    """``--cache-dir .`` wrote a ``.gitignore`` of ``*`` into the project, and ``clean
+    --cache-dir .`` deleted the repository, ``.git`` included."""
+    before = full_snapshot(here.parent)
+    rc, _, err = run(["model.py", "--no-config", "--cache-dir", given], capsys)
+    assert rc == 2 and ("is the project root" in err or "holds the project root" in err), err
+    rc, _, err = clean(capsys, "--cache-dir", given)
+    assert rc == 2 and "nothing removed" in err
+    assert full_snapshot(here.parent) == before
+
+
+def test_clean_removes_its_own_files_and_keeps_the_rest(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lint_json(capsys)
+    folder = here / cache.DIR_NAME
+    assert records(here) and records(here, "runs")
+    (folder / "results" / "mine.txt").write_text("a user's file dropped in the cache")
+    outside = here / "outside"
+    outside.mkdir()
+    (outside / "0").write_text("x")
+    os.symlink(outside, folder / "link")
+    rc, out, _ = clean(capsys)
+    assert rc == 0 and "kept what shapelint did not make" in out
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == [
+        "CACHEDIR.TAG", "link", "results", "results/mine.txt"]
+    assert (outside / "0").read_text() == "x"  # a link is never followed
+    (folder / "results" / "mine.txt").unlink()
+    (folder / "link").unlink()
+    rc, out, _ = clean(capsys)
+    assert rc == 0 and out.strip() == f"removed {folder}" and not folder.exists()
+    rc, out, _ = clean(capsys)
+    assert rc == 0 and out.strip() == f"no cache at {folder}"
+
+
+def test_a_new_cache_folder_is_made_only_where_nothing_is(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (here / "empty").mkdir()
+    assert run(["model.py", "--no-config", "--cache-dir", "empty"], capsys)[0] == 1
+    assert (here / "empty" / "CACHEDIR.TAG").read_text() == cache._CACHEDIR_TAG
+    assert (here / "empty" / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert run(["model.py", "--no-config", "--cache-dir", "new/deeper"], capsys)[0] == 1
+    assert cache.is_cache(here / "new" / "deeper")
+
+
+# -- one output path, cached or not --------------------------------------------------------
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_a_replay_refuses_what_a_fresh_run_refuses(here: Path, capsys: pytest.CaptureFixture[str],
+                                                   cached: bool) -> None:
+    """A cached run skipped the "output is an input" check: ``-o r.txt`` with
+    ``r.txt -> model.py`` replaced the model with the report."""
+    if cached:
+        run(["model.py", "--no-config", "-o", "report.txt"], capsys)
+        (here / "report.txt").unlink()
+    os.symlink("model.py", here / "report.txt")
+    model = (here / "model.py").read_bytes()
+    rc, _, err = run(["model.py", "--no-config", "-o", "report.txt"], capsys)
+    assert rc == 2 and err == ("shapelint: error: --output report.txt: is model.py, which shapelint reads; "
+                               "refusing to overwrite it\n")
+    assert (here / "model.py").read_bytes() == model and os.readlink(here / "report.txt") == "model.py"
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_a_link_to_another_file_stays_a_link(here: Path, capsys: pytest.CaptureFixture[str], cached: bool) -> None:
+    (here / "reports").mkdir()
+    os.symlink("reports/latest.json", here / "r.json")
+    for _ in range(2 if cached else 1):
+        rc, _, err = run(["model.py", "--no-config", "--format", "json", "-o", "r.json"], capsys)
+        assert rc == 1, err
+    assert os.readlink(here / "r.json") == "reports/latest.json"
+    assert findings(json.loads((here / "reports" / "latest.json").read_text())) == [FINDING]
+
+
+def test_a_failed_run_leaves_an_existing_report_whole(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (here / "bad.py").write_text("def shapelint_model(:\n")
+    (here / "r.txt").write_text("the last report\n")
+    rc, out, err = run(["bad.py", "--no-config", "-o", "r.txt"], capsys)
+    assert rc == 2 and out == "" and "syntax error" in err
+    assert (here / "r.txt").read_text() == "the last report\n"
+
+
+@pytest.mark.parametrize("second", ["--plot", "--dump-graph"])
+def test_two_outputs_are_never_one_file(here: Path, capsys: pytest.CaptureFixture[str], second: str) -> None:
+    before = full_snapshot(here)
+    rc, _, err = run(["model.py", "--no-config", "-o", "r.svg", second, "r.svg"], capsys)
+    assert rc == 2 and f"{second} r.svg: is also --output's file" in err
+    assert full_snapshot(here) == before
+
+
+def test_a_fifo_is_refused_not_waited_on(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    os.mkfifo(here / "f")
+    rc, _, err = run(["model.py", "--no-config", "-o", "f"], capsys)
+    assert rc == 2 and err == ("shapelint: error: --output f: is a FIFO; shapelint writes regular files only "
+                               "(leave out --output to write to stdout)\n")
+
+
+@pytest.mark.parametrize("fmt", ["json", "text", "sarif", "github"])
+@pytest.mark.parametrize("isolate", ["", "--no-isolate"])
+def test_a_closed_pipe_keeps_the_exit_code(here: Path, fmt: str, isolate: str) -> None:
+    """``shapelint big.py --format json | head -c 100`` exited 0 with findings: the
+    forked lint's exit code was lost when stdout closed. The reader here closes the
+    pipe before anything is written."""
+    argv = [sys.executable, "-m", "shapelint", "model.py", "--format", fmt, "--no-config", "--no-cache"]
+    proc = subprocess.Popen(argv + ([isolate] if isolate else []), cwd=here, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 1, err
+    assert err == ""
