@@ -264,7 +264,7 @@ def is_cache(folder: Path) -> bool:
         if folder.is_symlink() or not folder.is_dir():
             return False
         tag = folder / "CACHEDIR.TAG"
-        return not tag.is_symlink() and tag.is_file() and tag.read_text(encoding="utf-8") == _CACHEDIR_TAG
+        return _is_file(tag) and tag.read_text(encoding="utf-8") == _CACHEDIR_TAG
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -435,27 +435,35 @@ class Store:
         while something stays, so do the folder and its tag."""
         if not is_cache(self.folder):
             return [self.folder]
-        stays: list[Path] = []
-        for sub in ("results", "runs"):
-            folder = self.folder / sub
-            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-                stays.append(folder)
-            elif folder.is_dir():
-                stays += _remove_layout(folder, _LAYOUT[sub])
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
-        others = [e for e in self.folder.iterdir() if e.name not in ("results", "runs", "CACHEDIR.TAG")]
-        for entry in others:
-            if entry.name == ".gitignore" and not entry.is_symlink() and entry.is_file() \
-                    and entry.read_bytes() == _GITIGNORE.encode():
+        stays = [kept for sub in ("results", "runs") for kept in self._clear_sub(sub)]
+        for entry in self.folder.iterdir():
+            if entry.name in ("results", "runs", "CACHEDIR.TAG"):
+                continue
+            if entry.name == ".gitignore" and _is_file(entry) and entry.read_bytes() == _GITIGNORE.encode():
                 entry.unlink()
             else:
                 stays.append(entry)
-        stays += [e for e in (self.folder / "results", self.folder / "runs") if e.exists() and e not in stays]
         if not stays:
             (self.folder / "CACHEDIR.TAG").unlink()
             self.folder.rmdir()
         return stays
+
+    def _clear_sub(self, sub: str) -> list[Path]:
+        """Delete the files of ``sub``'s layout and ``sub`` itself once empty; what stays."""
+        folder = self.folder / sub
+        if not folder.exists() and not folder.is_symlink():
+            return []
+        if folder.is_symlink() or not folder.is_dir():
+            return [folder]
+        stays = _remove_layout(folder, _LAYOUT[sub])
+        if not stays:
+            folder.rmdir()
+        return stays
+
+
+def _is_file(path: Path) -> bool:
+    """A regular file, not a link to one."""
+    return not path.is_symlink() and path.is_file()
 
 
 def _remove_layout(folder: Path, names: re.Pattern[str]) -> list[Path]:
@@ -463,7 +471,7 @@ def _remove_layout(folder: Path, names: re.Pattern[str]) -> list[Path]:
     links); the rest stays and is returned."""
     stays = []
     for entry in sorted(folder.iterdir()):
-        if names.fullmatch(entry.name) and entry.is_file() and not entry.is_symlink():
+        if names.fullmatch(entry.name) and _is_file(entry):
             with contextlib.suppress(FileNotFoundError):
                 entry.unlink()
         else:

@@ -197,22 +197,12 @@ def start(args: argparse.Namespace, cfg: Config, flags: Settings) -> Session:
     if not _disabled(args):
         where, named_by = folder(args.cache_dir, cfg)
         store = Store.open(where, project.root(cfg), named_by)
-    parts = {
-        "config": {k: v for k, v in asdict(cfg).items() if k not in _REPORTING},
-        "flags": {k: v for k, v in asdict(flags).items() if k not in _REPORTING},
-        "gpu_profile": file_digest(args.gpu_profile) if args.gpu_profile else None,
-        "rules_dir": _files_digest(args.rules_dir),
-        "root": str(project.root(cfg)),
-        "cwd": os.getcwd(),
-    }
-    run = {"args": {k: v for k, v in vars(args).items() if k != "targets"},
-           "config": {k: v for k, v in asdict(cfg).items() if k != "lines"}}
     configured = project.configured(cfg)
     if args.hook:
         paths = project.affected(args.targets, discover(configured).targets if configured else [], store)
     else:
         paths = chosen(args.targets or configured, args.skip_other_files, args.verbose)
-    session = Session(paths, store, parts, run)
+    session = Session(paths, store, _result_parts(args, cfg, flags), _run_parts(args, cfg))
     session.named = bool(args.targets or configured)
     if args.hook and not paths:
         session.rc = 0  # the commit touches no target and no target's dependency
@@ -220,6 +210,24 @@ def start(args: argparse.Namespace, cfg: Config, flags: Settings) -> Session:
         entries = [store.valid(p, session._options(p)) for p in paths]
         session.replay = store.replay(run_key(session.run, [str(e) for e in entries])) if all(entries) else None
     return session
+
+
+def _run_parts(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
+    """What decides a whole run's output besides its targets' results: every argument and setting."""
+    return {"args": {k: v for k, v in vars(args).items() if k != "targets"},
+            "config": {k: v for k, v in asdict(cfg).items() if k != "lines"}}
+
+
+def _result_parts(args: argparse.Namespace, cfg: Config, flags: Settings) -> dict[str, Any]:
+    """What decides every target's result besides its files and the environment."""
+    return {
+        "config": {k: v for k, v in asdict(cfg).items() if k not in _REPORTING},
+        "flags": {k: v for k, v in asdict(flags).items() if k not in _REPORTING},
+        "gpu_profile": file_digest(args.gpu_profile) if args.gpu_profile else None,
+        "rules_dir": _files_digest(args.rules_dir),
+        "root": str(project.root(cfg)),
+        "cwd": os.getcwd(),
+    }
 
 
 def print_replay(replay: Replay, output: str | None) -> int:

@@ -36,7 +36,7 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 #: the tags of ``Any`` values JSON has no form for
@@ -73,12 +73,40 @@ def _origin(tp: Any) -> Any:
     return typing.get_origin(tp)
 
 
-def _is_union(tp: Any) -> bool:
-    return _origin(tp) in (typing.Union, types.UnionType)
+_SCALARS = (int, float, str, bool, type(None))
 
 
-def _is_any(tp: Any) -> bool:
-    return tp is Any or tp is object
+@functools.cache
+def _kind(tp: Any) -> str:
+    """Which of the forms in the module docstring ``tp`` takes."""
+    origin, args = _origin(tp), typing.get_args(tp)
+    if tp is Any or tp is object:
+        return "any"
+    if origin in (typing.Union, types.UnionType):
+        return "union"
+    if origin is typing.Literal:
+        return "literal"
+    if tp in _SCALARS:
+        return "scalar"
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return "dataclass"
+    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+        return "fixed_tuple"
+    if origin in (tuple, list, Sequence, typing.Sequence) or tp in (list, tuple):
+        return "sequence"
+    if origin in (dict, Mapping, typing.Mapping) or tp is dict:
+        return "mapping"
+    return "unknown"
+
+
+def _item_type(tp: Any) -> Any:
+    args = typing.get_args(tp)
+    return args[0] if args else Any
+
+
+def _pair_types(tp: Any) -> tuple[Any, Any]:
+    args = typing.get_args(tp)
+    return (args[0], args[1]) if args else (Any, Any)
 
 
 # -- encoding ---------------------------------------------------------------------------
@@ -90,30 +118,40 @@ def encode(value: Any, tp: Any = None) -> Any:
 
 
 def _encode(value: Any, tp: Any, where: str) -> Any:
-    if _is_any(tp):
-        return _encode_any(value, where, 0)
-    if _is_union(tp):
-        return _encode_union(value, tp, where)
-    if _origin(tp) is typing.Literal or tp in (int, float, str, bool, type(None)):
-        return _encode_scalar(value, where)
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        if not isinstance(value, tp):
-            raise EncodeError(f"{where}: expected {tp.__name__}, got {type(value).__name__}")
-        hints = _hints(tp)
-        return {name: _encode(getattr(value, name), hints[name], f"{where}.{name}") for name in _init_fields(tp)}
-    origin, args = _origin(tp), typing.get_args(tp)
-    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-        if not isinstance(value, tuple) or len(value) != len(args):
-            raise EncodeError(f"{where}: expected a tuple of {len(args)}")
-        return [_encode(v, t, f"{where}[{i}]") for i, (v, t) in enumerate(zip(value, args))]
-    if origin in (tuple, list, Sequence, typing.Sequence) or tp in (list, tuple):
-        item = args[0] if args else Any
-        return [_encode(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin in (dict, Mapping, typing.Mapping) or tp is dict:
-        key_tp, value_tp = args if args else (Any, Any)
-        if key_tp is str:
-            return {_key(k, where): _encode(v, value_tp, f"{where}.{k}") for k, v in value.items()}
-        return [[_encode(k, key_tp, where), _encode(v, value_tp, f"{where}[{k!r}]")] for k, v in value.items()]
+    return _ENCODERS[_kind(tp)](value, tp, where)
+
+
+def _encode_dataclass(value: Any, tp: Any, where: str) -> Any:
+    if not isinstance(value, tp):
+        raise EncodeError(f"{where}: expected {tp.__name__}, got {type(value).__name__}")
+    hints = _hints(tp)
+    return {name: _encode(getattr(value, name), hints[name], f"{where}.{name}") for name in _init_fields(tp)}
+
+
+def _encode_fixed_tuple(value: Any, tp: Any, where: str) -> Any:
+    args = typing.get_args(tp)
+    if not isinstance(value, tuple) or len(value) != len(args):
+        raise EncodeError(f"{where}: expected a tuple of {len(args)}")
+    return [_encode(v, t, f"{where}[{i}]") for i, (v, t) in enumerate(zip(value, args))]
+
+
+def _encode_sequence(value: Any, tp: Any, where: str) -> Any:
+    if not isinstance(value, (list, tuple)):
+        raise EncodeError(f"{where}: expected a sequence, got {type(value).__name__}")
+    item = _item_type(tp)
+    return [_encode(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+
+
+def _encode_mapping(value: Any, tp: Any, where: str) -> Any:
+    if not isinstance(value, dict):
+        raise EncodeError(f"{where}: expected a dict, got {type(value).__name__}")
+    key_tp, value_tp = _pair_types(tp)
+    if key_tp is str:
+        return {_key(k, where): _encode(v, value_tp, f"{where}.{k}") for k, v in value.items()}
+    return [[_encode(k, key_tp, where), _encode(v, value_tp, f"{where}[{k!r}]")] for k, v in value.items()]
+
+
+def _encode_unknown(value: Any, tp: Any, where: str) -> Any:
     raise EncodeError(f"{where}: no JSON form for {tp!r}")
 
 
@@ -136,7 +174,7 @@ def _encode_union(value: Any, tp: Any, where: str) -> Any:
 
 def _fits(value: Any, arm: Any) -> bool:
     """Whether ``value`` is of the union arm ``arm`` (to pick the arm that encodes it)."""
-    if _is_any(arm):
+    if _kind(arm) == "any":
         return True
     if _origin(arm) is typing.Literal:
         return value in typing.get_args(arm)
@@ -152,15 +190,13 @@ def _fits(value: Any, arm: Any) -> bool:
     return isinstance(value, origin)
 
 
-def _encode_scalar(value: Any, where: str) -> Any:
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
+def _encode_scalar(value: Any, tp: Any, where: str) -> Any:
+    if value is None or isinstance(value, (bool, int, str, float)):
         return value
     raise EncodeError(f"{where}: {type(value).__name__} is not a JSON scalar")
 
 
-def _encode_any(value: Any, where: str, depth: int) -> Any:
+def _encode_any(value: Any, where: str, depth: int = 0) -> Any:
     if depth > _MAX_DEPTH:
         raise EncodeError(f"{where}: nested too deeply")
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -189,30 +225,31 @@ def decode(tp: Any, data: Any) -> Any:
 
 
 def _decode(tp: Any, data: Any, where: str) -> Any:
-    if _is_any(tp):
-        return _decode_any(data, where, 0)
-    if _is_union(tp):
-        return _decode_union(tp, data, where)
-    origin, args = _origin(tp), typing.get_args(tp)
-    if origin is typing.Literal:
-        if data not in args or type(data) not in {type(a) for a in args}:
-            raise DecodeError(f"{where}: {data!r} is none of {args!r}")
-        return data
-    if tp in (int, float, str, bool, type(None)):
-        return _decode_scalar(tp, data, where)
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _decode_dataclass(tp, data, where)
-    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-        items = _array(data, where)
-        if len(items) != len(args):
-            raise DecodeError(f"{where}: expected {len(args)} items, got {len(items)}")
-        return tuple(_decode(t, v, f"{where}[{i}]") for i, (t, v) in enumerate(zip(args, items)))
-    if origin in (tuple, list, Sequence, typing.Sequence) or tp in (list, tuple):
-        item = args[0] if args else Any
-        out = [_decode(item, v, f"{where}[{i}]") for i, v in enumerate(_array(data, where))]
-        return tuple(out) if origin is tuple or tp is tuple else out
-    if origin in (dict, Mapping, typing.Mapping) or tp is dict:
-        return _decode_dict(args if args else (Any, Any), data, where)
+    return _DECODERS[_kind(tp)](tp, data, where)
+
+
+def _decode_literal(tp: Any, data: Any, where: str) -> Any:
+    args = typing.get_args(tp)
+    if data not in args or type(data) not in {type(a) for a in args}:
+        raise DecodeError(f"{where}: {data!r} is none of {args!r}")
+    return data
+
+
+def _decode_fixed_tuple(tp: Any, data: Any, where: str) -> Any:
+    args = typing.get_args(tp)
+    items = _array(data, where)
+    if len(items) != len(args):
+        raise DecodeError(f"{where}: expected {len(args)} items, got {len(items)}")
+    return tuple(_decode(t, v, f"{where}[{i}]") for i, (t, v) in enumerate(zip(args, items)))
+
+
+def _decode_sequence(tp: Any, data: Any, where: str) -> Any:
+    item = _item_type(tp)
+    out = [_decode(item, v, f"{where}[{i}]") for i, v in enumerate(_array(data, where))]
+    return tuple(out) if _origin(tp) is tuple or tp is tuple else out
+
+
+def _decode_unknown(tp: Any, data: Any, where: str) -> Any:
     raise DecodeError(f"{where}: cannot build {tp!r} from data")
 
 
@@ -266,8 +303,8 @@ def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
         raise DecodeError(f"{where}: {cls.__name__}: {exc}") from None
 
 
-def _decode_dict(args: tuple[Any, ...], data: Any, where: str) -> dict[Any, Any]:
-    key_tp, value_tp = args
+def _decode_dict(tp: Any, data: Any, where: str) -> dict[Any, Any]:
+    key_tp, value_tp = _pair_types(tp)
     if key_tp is str:
         if not isinstance(data, dict):
             raise DecodeError(f"{where}: expected an object, got {type(data).__name__}")
@@ -280,32 +317,56 @@ def _decode_dict(args: tuple[Any, ...], data: Any, where: str) -> dict[Any, Any]
     return out
 
 
-def _decode_any(data: Any, where: str, depth: int) -> Any:
+def _decode_any(data: Any, where: str, depth: int = 0) -> Any:
     if depth > _MAX_DEPTH:
         raise DecodeError(f"{where}: nested too deeply")
-    if data is None or isinstance(data, (bool, int, str)):
-        return data
-    if isinstance(data, float):
+    if data is None or isinstance(data, (bool, int, str, float)):
         return data
     if isinstance(data, list):
         return [_decode_any(v, where, depth + 1) for v in data]
-    if isinstance(data, dict):
-        if set(data) == {_TUPLE}:
-            return tuple(_decode_any(v, where, depth + 1) for v in _array(data[_TUPLE], where))
-        if set(data) == {_DICT}:
-            pairs = _array(data[_DICT], where)
-            out = {}
-            for pair in pairs:
-                if not isinstance(pair, list) or len(pair) != 2:
-                    raise DecodeError(f"{where}: expected a [key, value] pair")
-                key = _decode_any(pair[0], where, depth + 1)
-                try:
-                    out[key] = _decode_any(pair[1], where, depth + 1)
-                except TypeError:
-                    raise DecodeError(f"{where}: unhashable key") from None
-            return out
-        return {k: _decode_any(v, where, depth + 1) for k, v in data.items()}
-    raise DecodeError(f"{where}: {type(data).__name__} is not JSON data")
+    if not isinstance(data, dict):
+        raise DecodeError(f"{where}: {type(data).__name__} is not JSON data")
+    if set(data) == {_TUPLE}:
+        return tuple(_decode_any(v, where, depth + 1) for v in _array(data[_TUPLE], where))
+    if set(data) == {_DICT}:
+        return _decode_any_pairs(data[_DICT], where, depth)
+    return {k: _decode_any(v, where, depth + 1) for k, v in data.items()}
 
+
+def _decode_any_pairs(data: Any, where: str, depth: int) -> dict[Any, Any]:
+    out = {}
+    for pair in _array(data, where):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise DecodeError(f"{where}: expected a [key, value] pair")
+        key = _decode_any(pair[0], where, depth + 1)
+        try:
+            out[key] = _decode_any(pair[1], where, depth + 1)
+        except TypeError:
+            raise DecodeError(f"{where}: unhashable key") from None
+    return out
+
+
+_ENCODERS: dict[str, Callable[[Any, Any, str], Any]] = {
+    "any": lambda value, tp, where: _encode_any(value, where),
+    "union": lambda value, tp, where: _encode_union(value, tp, where),
+    "literal": _encode_scalar,
+    "scalar": _encode_scalar,
+    "dataclass": _encode_dataclass,
+    "fixed_tuple": _encode_fixed_tuple,
+    "sequence": _encode_sequence,
+    "mapping": _encode_mapping,
+    "unknown": _encode_unknown,
+}
+_DECODERS: dict[str, Callable[[Any, Any, str], Any]] = {
+    "any": lambda tp, data, where: _decode_any(data, where),
+    "union": _decode_union,
+    "literal": _decode_literal,
+    "scalar": _decode_scalar,
+    "dataclass": _decode_dataclass,
+    "fixed_tuple": _decode_fixed_tuple,
+    "sequence": _decode_sequence,
+    "mapping": _decode_dict,
+    "unknown": _decode_unknown,
+}
 
 __all__ = ["DecodeError", "EncodeError", "decode", "encode"]
