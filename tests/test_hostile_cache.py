@@ -322,8 +322,7 @@ def test_a_fifo_is_refused_not_waited_on(here: Path, capsys: pytest.CaptureFixtu
                                "(leave out --output to write to stdout)\n")
 
 
-@pytest.mark.parametrize("fmt", ["json", "text", "sarif", "github"])
-@pytest.mark.parametrize("isolate", ["", "--no-isolate"])
+@pytest.mark.parametrize(("fmt", "isolate"), [("json", ""), ("text", ""), ("sarif", "--no-isolate")])
 def test_a_closed_pipe_keeps_the_exit_code(here: Path, fmt: str, isolate: str) -> None:
     """``shapelint big.py --format json | head -c 100`` exited 0 with findings: the
     forked lint's exit code was lost when stdout closed. The reader here closes the
