@@ -88,6 +88,7 @@ def test_editing_an_imported_file_is_not_served_from_the_cache(project: Path,
     assert rc == 0 and "no findings" in out
 
 
+@pytest.mark.slow
 def test_a_replay_imports_no_torch(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = ("import sys\nfrom shapelint.cli import main\nrc = main(['--format', 'json', '--statistics'])\n"
             "print('torch' in sys.modules, rc, file=sys.stderr)")

@@ -211,6 +211,7 @@ def test_sdpa_transformer_flops_match_flop_counter_plus_the_named_recompute() ->
     assert sum(g.flops for g in cap.gemms) == oracle_flops(build) + recompute
 
 
+@pytest.mark.slow
 def test_gpt2_from_config_flops_match_flop_counter() -> None:
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config()  # GPT-2 small: 12 layers, 768 wide, 12 heads, vocab 50257

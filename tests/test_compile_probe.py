@@ -29,6 +29,9 @@ from shapelint.load import load
 from shapelint.price.step import Step, between_graphs, step_time
 from shapelint.records import GraphBreaks
 
+#: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
+pytestmark = pytest.mark.slow
+
 H100 = hardware.resolve("h100")
 
 

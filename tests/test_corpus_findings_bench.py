@@ -17,6 +17,9 @@ from shapelint.hardware import resolve
 from shapelint.physics.alignment import is_aligned
 from shapelint.pipeline import trace
 
+#: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

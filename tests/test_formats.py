@@ -220,6 +220,7 @@ def test_output_file_and_no_writes_to_user_files(project: Path, capsys: pytest.C
     assert snapshot(project) == before
 
 
+@pytest.mark.slow
 def test_plot(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib")
     from shapelint.report import plot

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -12,6 +13,9 @@ from shapelint.capture import capture, to_precision
 from shapelint.cli import main
 from shapelint.graph import graph_gemms, joint_graph
 from shapelint.load import load
+
+#: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
+pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

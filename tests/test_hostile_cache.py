@@ -322,6 +322,7 @@ def test_a_fifo_is_refused_not_waited_on(here: Path, capsys: pytest.CaptureFixtu
                                "(leave out --output to write to stdout)\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "isolate"), [("json", ""), ("text", ""), ("sarif", "--no-isolate")])
 def test_a_closed_pipe_keeps_the_exit_code(here: Path, fmt: str, isolate: str) -> None:
     """``shapelint big.py --format json | head -c 100`` exited 0 with findings: the

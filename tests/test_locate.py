@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 
 #: on the worker that runs tests/test_models_corpus.py (pytest-xdist): these architectures'
 #: transformers modules are imported there already
-pytestmark = pytest.mark.xdist_group("corpus")
+pytestmark = [pytest.mark.xdist_group("corpus"), pytest.mark.slow]
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "encoder_layers", "decoder_layers")

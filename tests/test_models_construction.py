@@ -14,6 +14,9 @@ from torch._subclasses.fake_tensor import FakeTensor
 from shapelint.cli import main
 from shapelint.load import REAL_VECTOR_NUMEL, load
 
+#: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
+pytestmark = pytest.mark.slow
+
 MODELS = Path(__file__).resolve().parent / "models"
 
 

@@ -27,7 +27,7 @@ pytest.importorskip("transformers")
 #: one pytest-xdist worker runs the whole corpus: each architecture's transformers
 #: modules are imported once (about 9 s for the 44 models), not once per worker
 #: (tests/test_models_tp.py and tests/test_locate.py build corpus models too; they join the group)
-pytestmark = pytest.mark.xdist_group("corpus")
+pytestmark = [pytest.mark.xdist_group("corpus"), pytest.mark.slow]
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 MODELS = sorted(p.name for p in CORPUS.iterdir() if (p / "config.json").is_file())

@@ -16,7 +16,7 @@ from shapelint.tp import attention_heads, parallel_style, shard
 pytest.importorskip("transformers")
 
 #: on the worker that runs tests/test_models_corpus.py (pytest-xdist), which traces these models too
-pytestmark = pytest.mark.xdist_group("corpus")
+pytestmark = [pytest.mark.xdist_group("corpus"), pytest.mark.slow]
 
 
 @pytest.fixture

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+#: a real git repository and pre-commit: the full suite's tier (pytest -m 'not slow' skips them)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 LAYERS = "import torch.nn as nn\n\nWIDTH = {width}\n\n\ndef block():\n    return nn.Sequential(nn.Linear(WIDTH, 1024))\n"

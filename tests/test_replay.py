@@ -18,6 +18,9 @@ from shapelint import replay
 from shapelint.capture import Capture, Op, capture, to_precision
 from shapelint.load import fake_construction
 
+#: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
+pytestmark = pytest.mark.slow
+
 transformers = pytest.importorskip("transformers")
 
 Build = Callable[[], tuple[nn.Module, Any]]

@@ -307,6 +307,7 @@ def test_inductor_lays_out_a_transposed_operand_made_in_its_graph() -> None:
     assert inductor_laid_out(_head_step(50264, loss_break=False).gemms[1], ("a",), H100) is None
 
 
+@pytest.mark.slow
 def test_a_compiled_finding_says_what_inductor_does_itself(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     # BERT's loss is in the model's graph: pad_mm pads the forward and input-gradient GEMMs
     # of the LM head, and the weight gradient's dlogits is written aligned (measured 1.004-1.012x)
@@ -357,6 +358,7 @@ def test_slice_side_cost() -> None:
                         memory_kernel_ms(8192 * 50264 * 2, st.strided_copy_efficiency, H100))
 
 
+@pytest.mark.slow
 def test_gpt2_config_step_eager_and_compiled(examples, capsys: pytest.CaptureFixture[str]) -> None:
     docs = {}
     for mode in ("eager", "compile"):

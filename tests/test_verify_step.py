@@ -53,7 +53,7 @@ SMALL = vs.Schedule(rounds=2, steps=2, warmup=1)
 
 #: one pytest-xdist worker runs this module: the module-scoped lints below, and the
 #: first real GPT-2 and torch.compile in a process, are paid once
-pytestmark = pytest.mark.xdist_group("verify_step")
+pytestmark = [pytest.mark.xdist_group("verify_step"), pytest.mark.slow]
 
 
 def lint(path: Path, *, batch: int | None = None, seq: int | None = None, compile: bool = False) -> Result:
