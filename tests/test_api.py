@@ -1,5 +1,5 @@
 """The Python API: lint() on a model the user holds leaves it untouched and allocates
-nothing; the Report's JSON and HTML; the README's notebook session runs as written."""
+nothing; the Report's JSON and HTML; the notebook session of docs/api.md runs as written."""
 
 from __future__ import annotations
 
@@ -49,11 +49,12 @@ def test_lint_target_and_errors() -> None:
 
 
 def test_readme_notebook_session() -> None:
-    readme = (ROOT / "README.md").read_text()
+    """The notebook session of the Python API page (docs/api.md; it was the README's)."""
+    page = (ROOT / "docs" / "api.md").read_text()
     block = re.search(r"<!-- the test suite runs this session \(tests/test_api.py\) -->\n```python\n(.*?)```",
-                      readme, re.S)
+                      page, re.S)
     assert block is not None
-    test = doctest.DocTestParser().get_doctest(block.group(1), {}, "README", "README.md", 0)
+    test = doctest.DocTestParser().get_doctest(block.group(1), {}, "api", "docs/api.md", 0)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test, clear_globs=False)
     assert runner.summarize(verbose=False).failed == 0
