@@ -5,15 +5,31 @@ own folder; the CLI cases check that nothing outside the requested outputs chang
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
+from _cli_helpers import MODEL, run
+from _hostile import full_snapshot, lint
 
 import shapelint
+from shapelint.errors import ShapelintError
+from shapelint.files import MAX_ALIAS_VALUES, parse_yaml
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
 
 # -- concurrent lint() calls ------------------------------------------------------------
 
@@ -70,3 +86,111 @@ def test_concurrent_lints_leave_the_streams_and_each_result_as_they_were(capfd: 
     # what each forward printed went to stderr, whole lines, none to stdout
     assert out == "" and sorted(line for line in err.splitlines() if line.startswith("forward of ")) == sorted(
         f"forward of {w}" for w in widths)
+
+
+# -- YAML alias bombs -------------------------------------------------------------------------
+
+
+def _bomb(indent: str = "", levels: int = 9, top: str = "a") -> list[str]:
+    """``a0: &a0 [1 x 9]``, ``a1: &a1 [*a0 x 9]``... ``levels`` anchors: over 9 ** levels
+    values once expanded, in under 400 bytes."""
+    names = [f"{top}{i}" for i in range(levels)]
+    lines = [f"{indent}{names[0]}: &{names[0]} [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    for prev, name in zip(names, names[1:]):
+        lines.append(f"{indent}{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    return lines
+
+
+BUILD = "import torch.nn as nn\n\n\ndef build(width=64, **extra):\n    return nn.Linear(width, 32)\n"
+
+
+@contextlib.contextmanager
+def within(seconds: float) -> Iterator[None]:
+    """Fail (not hang) when the body runs longer than ``seconds``: the alias bomb spun
+    at 100% CPU for ever."""
+    def stop(*_: object) -> None:
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def project(here: Path) -> Path:
+    (here / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    (here / "build.py").write_text(BUILD)
+    return here
+
+
+def test_an_alias_bomb_under_kwargs_is_refused_at_once(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 24: 1 KB of YAML under ``kwargs:`` hung at 100% CPU (validating the
+    keyword arguments walked 9^9 values; before that validation existed the builder
+    refused the extra keys)."""
+    text = "\n".join(["model: build.py:build", "kwargs:", "  width: 64", *_bomb("  "), "inputs: [[4, 64]]", ""])
+    assert len(text) < 1024
+    (project / "t.yaml").write_text(text)
+    began = time.monotonic()
+    with within(20):
+        rc, out, err = lint(["t.yaml", "--format", "json"], project, capsys)
+    assert time.monotonic() - began < 5
+    assert rc == 2
+    assert err == ("shapelint: error: t.yaml: YAML alias error: its aliases expand it to 490,329,075 values; "
+                   f"shapelint reads documents whose aliases repeat at most {MAX_ALIAS_VALUES:,}\n")
+    assert out == ""  # the CLI reads a YAML target's own settings first: the run stops there, as on a syntax error
+
+
+def test_a_self_containing_alias_is_refused(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "t.yaml").write_text("model: build.py:build\nkwargs:\n  width: 64\n  a: &a [1, *a]\ninputs: [[4, 64]]\n")
+    with within(20):
+        rc, _, err = lint(["t.yaml"], project, capsys)
+    assert rc == 2 and err == ("shapelint: error: t.yaml:4: YAML alias error: an alias refers to a value that holds "
+                               "it (a document that contains itself)\n")
+
+
+def test_a_merge_key_bomb_is_refused(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``<<: [*a, *a, ...]`` counts as its expansion: PyYAML releases before the fix of
+    yaml/pyyaml#897 (``pyyaml>=6`` allows them) flatten repeated merges into 2 x 9^8
+    key/value pairs while loading; this one merges them into two keys."""
+    lines = ["model: build.py:build", "kwargs:", "  width: 64", "  m0: &m0 {x: 1, y: 2}"]
+    lines += [f"  m{i}: &m{i} {{<<: [" + ", ".join([f"*m{i - 1}"] * 9) + "]}" for i in range(1, 9)]
+    (project / "t.yaml").write_text("\n".join([*lines, "inputs: [[4, 64]]", ""]))
+    with within(20):
+        rc, _, err = lint(["t.yaml"], project, capsys)
+    assert rc == 2 and "t.yaml: YAML alias error: its aliases expand it to" in err
+
+
+def test_an_alias_bomb_in_a_configuration_file_is_refused(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "model.py").write_text(MODEL.format(in_features=1023, comment=""))
+    (project / ".shapelint.yaml").write_text("\n".join([*_bomb(top="x"), "select: *x8", ""]))
+    before = full_snapshot(project)
+    for argv in (["model.py"], ["model.py", "--config", ".shapelint.yaml"]):  # found, and named
+        with within(20):
+            rc, out, err = run(argv, capsys)
+        assert rc == 2 and out == ""
+        assert err.startswith("shapelint: error: .shapelint.yaml: YAML alias error: its aliases expand it to ")
+    assert full_snapshot(project) == before
+
+
+def test_a_few_aliases_still_read(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Anchors that repeat a block or two (the common use) are data as before."""
+    (project / "t.yaml").write_text("model: build.py:build\nkwargs:\n  width: &w 1023\n  extra: {a: *w, b: [*w, *w]}\n"
+                                    "inputs: [[4096, *w]]\n")
+    rc, out, err = lint(["t.yaml", "--format", "json"], project, capsys)
+    assert rc == 1, err
+    assert [f["suggestion"] for f in json.loads(out)["findings"] if f["code"] == "SL101"] == [
+        {"parameter": "in_features", "from": 1023, "to": 1024}]
+
+
+def test_parse_yaml_counts_repeated_values_not_distinct_ones() -> None:
+    # five levels expand to 74,738 values (74,718 of them repeats): read; six to 672,610: refused
+    assert parse_yaml("\n".join(_bomb(levels=5)), "t.yaml")["a4"][0][0][0][0] == [1] * 9
+    with pytest.raises(ShapelintError, match=r"^t\.yaml: YAML alias error: its aliases expand it to 672,610 values"):
+        parse_yaml("\n".join(_bomb(levels=6)), "t.yaml")
+    # a long document without aliases is not an alias bomb
+    assert len(parse_yaml("[" + ", ".join(["1"] * (MAX_ALIAS_VALUES + 10)) + "]", "t.yaml")) == MAX_ALIAS_VALUES + 10
+    assert parse_yaml("", "t.yaml") is None
