@@ -17,7 +17,10 @@ Importing a model file, calling ``shapelint_model()`` or a YAML builder, importi
 - turns bytecode writing off (no ``__pycache__`` beside the user's files);
 - puts the file's folder first on ``sys.path`` and restores ``sys.path``, the working
   directory and ``sys.modules`` afterwards (modules imported from the user's folder
-  are forgotten, so two targets may each have their own ``helpers.py``).
+  are forgotten, so two targets may each have their own ``helpers.py``);
+- restores torch's default dtype and device (``torch.set_default_dtype``,
+  ``torch.set_default_device``), and refuses code that moved the default device off
+  the one the model is built on (see :mod:`shapelint.traceable`).
 
 What it cannot contain (``os._exit``, a segfault, runaway memory or time) needs a
 child process: see :mod:`shapelint.isolate`.
@@ -69,7 +72,8 @@ def user_code(file: Path | str, what: str, paths: Sequence[Path] = ()) -> Iterat
     with LOCK:
         with _saved_state(path, paths), _captured(output):
             try:
-                yield
+                with _torch_defaults_kept(f"{path}: {what}"):
+                    yield
             except (KeyboardInterrupt, ShapelintError):
                 raise
             except SyntaxError as exc:
@@ -132,6 +136,28 @@ def _saved_state(path: Path, paths: Sequence[Path]) -> Iterator[None]:
             with contextlib.suppress(OSError):
                 os.chdir(cwd)
         _forget_user_modules(folders, set(sys.modules) - modules)
+
+
+@contextlib.contextmanager
+def _torch_defaults_kept(where: str) -> Iterator[None]:
+    """torch's default dtype and device as they were (torch is looked up, not imported:
+    a ``--rules-dir`` module may run before anything imports it, and may import it
+    itself). A changed default device is refused only when the code returned: an
+    error it raised says more."""
+    saved = _traceable().torch_defaults() if "torch" in sys.modules else None
+    returned = False
+    try:
+        yield
+        returned = True
+    finally:
+        if "torch" in sys.modules:
+            _traceable().restore_torch_defaults(saved, where, refuse=returned)
+
+
+def _traceable() -> ModuleType:
+    from shapelint import traceable
+
+    return traceable
 
 
 def _cwd() -> str | None:

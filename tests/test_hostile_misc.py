@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -128,9 +129,9 @@ def project(here: Path) -> Path:
 
 
 def test_an_alias_bomb_under_kwargs_is_refused_at_once(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 24: 1 KB of YAML under ``kwargs:`` hung at 100% CPU (validating the
-    keyword arguments walked 9^9 values; before that validation existed the builder
-    refused the extra keys)."""
+    """Issue 24: 1 KB of YAML under ``kwargs:`` hung at 100% CPU: validating the
+    keyword arguments walked its 9^9 values (before that validation nothing walked
+    them, and a builder without such parameters refused them)."""
     text = "\n".join(["model: build.py:build", "kwargs:", "  width: 64", *_bomb("  "), "inputs: [[4, 64]]", ""])
     assert len(text) < 1024
     (project / "t.yaml").write_text(text)
@@ -194,3 +195,115 @@ def test_parse_yaml_counts_repeated_values_not_distinct_ones() -> None:
     # a long document without aliases is not an alias bomb
     assert len(parse_yaml("[" + ", ".join(["1"] * (MAX_ALIAS_VALUES + 10)) + "]", "t.yaml")) == MAX_ALIAS_VALUES + 10
     assert parse_yaml("", "t.yaml") is None
+
+
+# -- torch's default device and dtype -------------------------------------------------------
+
+DEFAULT_CUDA_AT_IMPORT = """\
+import torch
+import torch.nn as nn
+
+torch.set_default_device("cuda")
+
+
+def shapelint_model():
+    return nn.Linear(1023, 1024), torch.randn(4096, 1023)
+"""
+
+DEFAULT_CUDA_INSIDE = DEFAULT_CUDA_AT_IMPORT.replace('torch.set_default_device("cuda")\n', "").replace(
+    "def shapelint_model():\n", 'def shapelint_model():\n    torch.set_default_device("cuda")\n')
+
+BUILT_ON_CUDA = """\
+import torch
+import torch.nn as nn
+
+
+def shapelint_model():
+    with torch.device("cuda"):
+        return nn.Linear(1023, 1024), torch.randn(4096, 1023)
+"""
+
+INPUT_ON_CUDA = BUILT_ON_CUDA.replace('    with torch.device("cuda"):\n        return nn.Linear(1023, 1024), '
+                                      'torch.randn(4096, 1023)',
+                                      '    return nn.Linear(1023, 1024), torch.randn(4096, 1023, device="cuda")')
+
+DEFAULT_CUDA_IN_FORWARD = """\
+import torch
+import torch.nn as nn
+
+
+class M(nn.Linear):
+    def forward(self, x):
+        torch.set_default_device("cuda")
+        return super().forward(x) + torch.ones(1024)
+
+
+def shapelint_model():
+    return M(1023, 1024), torch.randn(4096, 1023)
+"""
+
+FLOAT64_AT_IMPORT = MODEL.format(in_features=1023, comment="").replace(
+    "import torch.nn as nn\n", "import torch.nn as nn\n\ntorch.set_default_dtype(torch.float64)\n")
+
+#: lints the targets in this process (no child: the CLI from Python), then prints
+#: torch's defaults as the process has them afterwards
+SCRIPT = """\
+import json, sys, torch
+from shapelint.cli import main
+rc = main([*sys.argv[1:], "--no-config", "--no-cache", "--format", "json"])
+context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+print(json.dumps({"rc": rc, "context": repr(context), "device": str(torch.empty(1).device),
+                  "dtype": str(torch.get_default_dtype())}), file=sys.stderr)
+"""
+
+_ON_CPU = ("shapelint traces on the CPU with fake tensors (no GPU needed): leave .to(device), .cuda() and device= "
+           "out of the model and its inputs")
+_DEFAULT = ("sets torch's default device to cuda (torch.set_default_device): shapelint builds and traces the model "
+            "on the CPU with fake tensors (no GPU needed): leave torch.set_default_device out of the model's file "
+            "(the training script can set it)")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA build builds on cuda for real")
+def test_a_model_on_another_device_is_one_line_and_leaves_torch_as_it_was(here: Path) -> None:
+    """Issue 24: ``torch.set_default_device('cuda')`` in a model file ended the process
+    in SIGABRT with C++ frames (fake CUDA tensors in autograd on a CPU-only PyTorch), as
+    did a model built with ``device='cuda'``; the default device and dtype stayed
+    changed for the targets linted after it. Run in a child: a regression aborts it,
+    not the test worker."""
+    files = {"import.py": DEFAULT_CUDA_AT_IMPORT, "inside.py": DEFAULT_CUDA_INSIDE, "built.py": BUILT_ON_CUDA,
+             "input.py": INPUT_ON_CUDA, "forward.py": DEFAULT_CUDA_IN_FORWARD, "f64.py": FLOAT64_AT_IMPORT,
+             "good.py": MODEL.format(in_features=1023, comment="")}
+    for name, body in files.items():
+        (here / name).write_text(body)
+    before = full_snapshot(here)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, *files], capture_output=True, text=True, cwd=here,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    *errors, last = proc.stderr.strip().splitlines()
+    assert json.loads(last) == {"rc": 2, "context": "None", "device": "cpu", "dtype": "torch.float32"}
+    assert errors == [
+        f"shapelint: error: import.py: importing it {_DEFAULT}",
+        f"shapelint: error: inside.py: shapelint_model() {_DEFAULT}",
+        f"shapelint: error: built.py: the model puts parameter weight on cuda:0: {_ON_CPU}",
+        f"shapelint: error: input.py: the model puts example input 0 on cuda:0: {_ON_CPU}",
+        f"shapelint: error: forward.py: the model puts tensors on two devices (cpu and cuda:0): {_ON_CPU}",
+    ]
+    doc = json.loads(proc.stdout)
+    # the targets after them are linted as on their own: the float64 default did not stay either
+    assert [t["target"] for t in doc["targets"]] == ["f64.py", "good.py"]
+    assert [(f["target"], f["suggestion"]) for f in doc["findings"] if f["code"] == "SL101"] == [
+        (name, {"parameter": "in_features", "from": 1023, "to": 1024}) for name in ("f64.py", "good.py")]
+    assert full_snapshot(here) == before
+
+
+def test_the_boundary_restores_the_default_dtype_and_device(here: Path) -> None:
+    from shapelint.usercode import call_user
+
+    def changes() -> None:
+        torch.set_default_dtype(torch.float64)
+        torch.set_default_device("cpu")  # the device shapelint builds on: allowed, and put back
+
+    call_user(changes, here / "m.py", "shapelint_model()")
+    assert torch.get_default_dtype() == torch.float32
+    assert getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None) is None
+    assert torch.empty(1).dtype == torch.float32
