@@ -11,6 +11,13 @@ terminal (rich) and in a Jupyter cell (HTML).
 buffers are fake tensors of the same shapes, dtypes and strides (built from meta
 tensors, so a model on a GPU, on the CPU or on the meta device costs no memory), and
 the copy is what ``capture`` puts in training mode and casts to the compute dtype.
+
+``lint`` and ``lint_target`` may be called from several threads; they run one at a
+time, under the process-wide lock of the user-code boundary
+(:data:`shapelint.usercode.LOCK`): torch's fake-tensor tracing is not thread-safe, and
+the boundary swaps process-wide state (``sys.stdout``/``sys.stderr``, fd 1,
+``sys.path``) that two lints restoring in turn left captured. A call waits for the
+one before it.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from shapelint.pipeline import lint_target as _lint_path
 from shapelint.price import StepEstimate
 from shapelint.price.step import StepTime
 from shapelint.records import Finding, Gemm
+from shapelint.usercode import LOCK
 
 
 @dataclass(frozen=True)
@@ -113,10 +121,11 @@ def lint(model: torch.nn.Module, example_inputs: Any, *, gpu: str | None = None,
     if not isinstance(model, torch.nn.Module):
         raise ShapelintError(f"lint(): model must be a torch.nn.Module, got {type(model).__name__}")
     opts = _options(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp)
-    mode = RecordingFakeMode()
-    loaded = Loaded(f"<{type(model).__name__}>", "python", fake_copy(model, mode),
-                    tree_map(lambda x: _fake(x, mode) if isinstance(x, torch.Tensor) else x, example_inputs), mode)
-    return Report(lint_loaded(loaded, opts, _gpu(gpu), _rules(select, ignore)))
+    with LOCK:  # one lint at a time (see the module docstring)
+        mode = RecordingFakeMode()
+        loaded = Loaded(f"<{type(model).__name__}>", "python", fake_copy(model, mode),
+                        tree_map(lambda x: _fake(x, mode) if isinstance(x, torch.Tensor) else x, example_inputs), mode)
+        return Report(lint_loaded(loaded, opts, _gpu(gpu), _rules(select, ignore)))
 
 
 def lint_target(path: str | Path, *, gpu: str | None = None, dtype: str | None = None, training: bool | None = None,
@@ -130,7 +139,8 @@ def lint_target(path: str | Path, *, gpu: str | None = None, dtype: str | None =
     path = Path(path)
     target_kind(path)  # a clear error for what is not a target
     opts = _options(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp, batch=batch, seq=seq)
-    r = _lint_path(path, opts, _gpu(gpu) if gpu is not None else None, _rules(select, ignore))
+    with LOCK:  # one lint at a time (see the module docstring)
+        r = _lint_path(path, opts, _gpu(gpu) if gpu is not None else None, _rules(select, ignore))
     from shapelint.pipeline import with_findings
 
     return Report(with_findings(r, suppress.apply(r.findings)))

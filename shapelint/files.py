@@ -106,13 +106,32 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
         raise ShapelintError(f"{where}: TOML syntax error: nested too deeply") from exc
 
 
+#: the most values a YAML document's aliases may add when it is expanded: a 1 KB
+#: "billion laughs" (``b: &b [*a, *a, ...]`` nine levels deep) is 9^9 values to anything
+#: that walks it (validating ``kwargs:`` spun at 100% CPU), and PyYAML releases before
+#: the fix of yaml/pyyaml#897 expand repeated ``<<`` merges so while loading; a real
+#: target or configuration repeats a few blocks at most
+MAX_ALIAS_VALUES = 100_000
+
+
 def parse_yaml(text: str, where: str) -> Any:
+    """A YAML document (safe loader: plain data only), refused in bounded time when its
+    aliases expand it past :data:`MAX_ALIAS_VALUES` or make it contain itself: the
+    check runs on the composed node graph, before anything is built from it."""
     import yaml  # type: ignore[import-untyped]
 
     try:
         # the pure-Python safe loader: the C one is faster but overflows the C stack
         # (a crash, not an error) on deeply nested input
-        return yaml.safe_load(text)
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            _check_aliases(node, where)
+            return loader.construct_document(node)
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -123,6 +142,35 @@ def parse_yaml(text: str, where: str) -> Any:
     except (ValueError, TypeError, OverflowError) as exc:
         # PyYAML builds timestamps with datetime, which rejects e.g. 2024-13-01
         raise ShapelintError(f"{where}: YAML value error: {exc}") from exc
+
+
+def _check_aliases(root: Any, where: str) -> None:
+    """Refuse a node graph whose aliases add more than :data:`MAX_ALIAS_VALUES` values
+    once expanded, or that holds itself (``a: &a [*a]``). Each node is visited once
+    (sizes are memoised by identity), so the check is linear in the document's text."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise ShapelintError(f"{where}:{node.start_mark.line + 1}: YAML alias error: an alias refers to a "
+                                 "value that holds it (a document that contains itself)")
+        children = node.value if isinstance(node.value, list) else []
+        open_nodes.add(key)
+        total = 1
+        for child in children:
+            total += sum(size(n) for n in child) if isinstance(child, tuple) else size(child)
+        open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    expanded = size(root)
+    if expanded - len(sizes) > MAX_ALIAS_VALUES:
+        raise ShapelintError(f"{where}: YAML alias error: its aliases expand it to {expanded:,} values; shapelint "
+                             f"reads documents whose aliases repeat at most {MAX_ALIAS_VALUES:,}")
 
 
 def parse_json(text: str, where: str) -> Any:

@@ -47,6 +47,7 @@ from shapelint.errors import ShapelintError, one_line
 from shapelint.files import check_regular, parse_json, parse_yaml, read_text
 from shapelint.locate import json_int_keys
 from shapelint.records import Source
+from shapelint.traceable import check_on_cpu
 from shapelint.usercode import import_user_file, quiet_torch_logs, user_code
 
 #: default token shape for config targets: GPT-2's training shape (8 sequences of 1024)
@@ -294,6 +295,7 @@ def load_python(path: Path, *, batch: int | None = None, seq: int | None = None)
     with fake_construction(defined_at) as mode:
         model, inputs = _python_model(path, batch, seq)
     validate.built(model, inputs, f"{path}: shapelint_model()")
+    check_on_cpu(model, inputs, str(path))
     return Loaded(str(path), "python", model, inputs, mode, defined_at)
 
 
@@ -447,6 +449,7 @@ def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None,
     with fake_construction(defined_at) as mode:
         model, inputs = _yaml_builder(doc, path, batch, seq, allow_builders)
     validate.built(model, inputs, f"{path}: {doc['model']}")
+    check_on_cpu(model, inputs, str(path))
     loaded = Loaded(str(path), "yaml", model, inputs, mode, defined_at, settings)
     loaded.config_keys, loaded.config_file = lines, str(path)
     return loaded

@@ -40,7 +40,9 @@ def _call(index: int) -> object:
 
 def run(fn: Callable[[int], T], count: int, jobs: int, done: Callable[[int], None] = lambda i: None) -> list[T]:
     """``[fn(0), ..., fn(count - 1)]``, on up to ``jobs`` worker processes; ``done(i)``
-    is called in this process as each finishes. The first exception is raised."""
+    is called in this process as each finishes (not when all have: a progress bar of 50
+    targets must move as they do). The first exception is raised and cancels the jobs
+    not yet started."""
     from shapelint.isolate import available
 
     jobs = min(jobs, count - 1)
@@ -51,7 +53,7 @@ def run(fn: Callable[[int], T], count: int, jobs: int, done: Callable[[int], Non
             done(i)
         return out
     import multiprocessing
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
     from shapelint.errors import ShapelintError
@@ -68,7 +70,8 @@ def run(fn: Callable[[int], T], count: int, jobs: int, done: Callable[[int], Non
         futures = {pool.submit(_call, i): i for i in range(1, count)}
         pending = set(futures)
         while pending:
-            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            # each job as it finishes: done() draws progress, and the first error ends the run
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in sorted(finished, key=futures.__getitem__):
                 results[futures[f]] = f.result()  # type: ignore[assignment]  # raises the job's error
                 done(futures[f])

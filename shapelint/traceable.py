@@ -10,7 +10,16 @@ line instead of in torch's words (or a crash):
   is priced with ``--compile`` on the uncompiled model.
 - **Device moves**: the model is built and traced on the CPU; ``.to('cuda')`` fails on
   a CPU-only PyTorch (``not linked with support for cuda devices``) and leaves two
-  devices elsewhere (``found at least two devices, cuda:0 and cpu``).
+  devices elsewhere (``found at least two devices, cuda:0 and cpu``). A model built on
+  another device (``device='cuda'``, ``with torch.device('cuda')``) is refused before
+  tracing (:func:`check_on_cpu`): its fake CUDA tensors aborted the process in
+  autograd's C++ (SIGABRT) on a CPU-only PyTorch, and meta tensors traced no GEMMs.
+- **torch's global defaults**: user code that calls ``torch.set_default_device`` or
+  ``torch.set_default_dtype`` changes them for the whole process. The user-code
+  boundary (:mod:`shapelint.usercode`) puts both back when the code returns
+  (:func:`torch_defaults`, :func:`restore_torch_defaults`), so the next target is built
+  as if the file had never run, and refuses a default device other than the one
+  shapelint builds on (``torch.set_default_device('cuda')`` ended in SIGABRT too).
 """
 
 from __future__ import annotations
@@ -19,9 +28,12 @@ import contextlib
 import re
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from shapelint.errors import ShapelintError
 from shapelint.files import display_path
@@ -33,6 +45,10 @@ _UNCOMPILED = ("cannot run on fake tensors: lint the uncompiled model (--compile
 #: what to do instead of moving tensors, in every message about it
 _ON_CPU = ("shapelint traces on the CPU with fake tensors (no GPU needed): leave .to(device), .cuda() and device= "
            "out of the model and its inputs")
+
+#: what to do instead of setting torch's default device
+_DEFAULT_ON_CPU = ("shapelint builds and traces the model on the CPU with fake tensors (no GPU needed): leave "
+                   "torch.set_default_device out of the model's file (the training script can set it)")
 
 _STANCE = re.compile(r"torch\.compile stance is 'fail_on_recompile'")
 _COMPILED_AT = re.compile(r"filename: '(?P<file>[^']*)', function name: '(?P<fn>[^']*)', line number: (?P<line>\d+)")
@@ -100,6 +116,68 @@ def every_layer_runs() -> Iterator[None]:
         torch.rand = original
 
 
+def check_on_cpu(model: torch.nn.Module, inputs: Any, where: str) -> None:
+    """Every parameter, buffer and example input of a model built for the lint is on
+    the CPU. Built on another device (``device='cuda'``, ``with torch.device('cuda')``),
+    fake tensors pass construction but abort the process in autograd's C++ once the
+    forward runs (SIGABRT on a CPU-only PyTorch); on meta they trace no GEMMs."""
+    named = chain((("parameter " + n, t) for n, t in model.named_parameters()),
+                  (("buffer " + n, t) for n, t in model.named_buffers()),
+                  ((f"example input {i}", t) for i, t in
+                   enumerate(x for x in tree_leaves(inputs) if isinstance(x, torch.Tensor))))
+    for what, tensor in named:
+        if tensor.device.type != "cpu":
+            raise ShapelintError(f"{where}: the model puts {what} on {tensor.device}: {_ON_CPU}")
+
+
+@dataclass(frozen=True)
+class TorchDefaults:
+    """torch's process-wide defaults that user code can change."""
+
+    #: what ``torch.set_default_device`` installed (a ``DeviceContext``), None when unset
+    device_context: Any
+    dtype: torch.dtype
+    #: the device type factories use now (the innermost ``with torch.device(...)`` or
+    #: the default device): where the caller builds the model
+    building_on: str
+
+
+#: torch's defaults before anything changed them (user code that imported torch itself)
+_PRISTINE = TorchDefaults(None, torch.float32, "cpu")
+
+
+def torch_defaults() -> TorchDefaults:
+    """The defaults now, to put back with :func:`restore_torch_defaults`."""
+    from torch.utils import _device
+
+    current = getattr(_device, "CURRENT_DEVICE", None)
+    building_on = torch.device(current).type if current is not None else "cpu"
+    return TorchDefaults(_device_context(), torch.get_default_dtype(), building_on)
+
+
+def _device_context() -> Any:
+    return getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None)
+
+
+def restore_torch_defaults(saved: TorchDefaults | None, where: str, refuse: bool = True) -> None:
+    """Put back the default dtype and device user code changed (``saved`` None: torch's
+    own, the code imported torch itself). With ``refuse``, a default device other than
+    the CPU and the one the model is built on is an error naming ``where``: everything
+    built after it would be a fake tensor on that device (see :func:`check_on_cpu`)."""
+    saved = saved or _PRISTINE
+    if torch.get_default_dtype() != saved.dtype:
+        torch.set_default_dtype(saved.dtype)
+    now = _device_context()
+    if now is saved.device_context:
+        return
+    # set_default_device exits the context the code installed (putting back the one
+    # it displaced at the bottom of the mode stack) and installs the saved device's
+    torch.set_default_device(None if saved.device_context is None else saved.device_context.device)
+    if refuse and now is not None and now.device.type not in ("cpu", saved.building_on):
+        raise ShapelintError(f"{where} sets torch's default device to {now.device} (torch.set_default_device): "
+                             f"{_DEFAULT_ON_CPU}")
+
+
 def explain(exc: BaseException) -> str | None:
     """One line for a failure that compiled code or a device move explains, else None."""
     for e in _chain(exc):
@@ -128,4 +206,5 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 
 
 
-__all__ = ["check_not_compiled", "compiled_modules", "explain", "refusing_compile"]
+__all__ = ["TorchDefaults", "check_not_compiled", "check_on_cpu", "compiled_modules", "explain", "refusing_compile",
+           "restore_torch_defaults", "torch_defaults"]

@@ -17,10 +17,20 @@ Importing a model file, calling ``shapelint_model()`` or a YAML builder, importi
 - turns bytecode writing off (no ``__pycache__`` beside the user's files);
 - puts the file's folder first on ``sys.path`` and restores ``sys.path``, the working
   directory and ``sys.modules`` afterwards (modules imported from the user's folder
-  are forgotten, so two targets may each have their own ``helpers.py``).
+  are forgotten, so two targets may each have their own ``helpers.py``);
+- restores torch's default dtype and device (``torch.set_default_dtype``,
+  ``torch.set_default_device``), and refuses code that moved the default device off
+  the one the model is built on (see :mod:`shapelint.traceable`).
 
 What it cannot contain (``os._exit``, a segfault, runaway memory or time) needs a
 child process: see :mod:`shapelint.isolate`.
+
+Everything the boundary redirects and restores is the process's, not the thread's
+(``sys.stdout``, fd 1, ``sys.path``, the working directory), so user code runs one
+piece at a time: :data:`LOCK` is held for the whole ``with`` body. Two threads that
+each saved and restored the streams in turn left ``sys.stdout`` pointing at a
+finished lint's buffer. The Python API holds the same lock for a whole lint
+(:mod:`shapelint.api`); it is re-entrant, so a lint's nested boundaries take it again.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import io
 import logging
 import os
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -44,6 +55,11 @@ T = TypeVar("T")
 #: how much of the user's last output line an error quotes
 QUOTE_CAP = 160
 
+#: held while user code runs (and by the Python API for a whole lint): what the
+#: boundary swaps is process-wide state, and torch's fake-tensor tracing is not
+#: thread-safe either
+LOCK = threading.RLock()
+
 
 @contextlib.contextmanager
 def user_code(file: Path | str, what: str, paths: Sequence[Path] = ()) -> Iterator[None]:
@@ -53,16 +69,18 @@ def user_code(file: Path | str, what: str, paths: Sequence[Path] = ()) -> Iterat
     imports from (a YAML's project), put on ``sys.path`` after the file's own."""
     path = Path(file)
     output = io.StringIO()
-    with _saved_state(path, paths), _captured(output):
-        try:
-            yield
-        except (KeyboardInterrupt, ShapelintError):
-            raise
-        except SyntaxError as exc:
-            raise ShapelintError(_syntax_message(path, exc)) from exc
-        except BaseException as exc:
-            raise ShapelintError(_message(path, what, exc, output.getvalue())) from exc
-    sys.stderr.write(output.getvalue())
+    with LOCK:
+        with _saved_state(path, paths), _captured(output):
+            try:
+                with _torch_defaults_kept(f"{path}: {what}"):
+                    yield
+            except (KeyboardInterrupt, ShapelintError):
+                raise
+            except SyntaxError as exc:
+                raise ShapelintError(_syntax_message(path, exc)) from exc
+            except BaseException as exc:
+                raise ShapelintError(_message(path, what, exc, output.getvalue())) from exc
+        sys.stderr.write(output.getvalue())
 
 
 def call_user(fn: Callable[..., T], file: Path | str, what: str, *args: Any, **kwargs: Any) -> T:
@@ -118,6 +136,28 @@ def _saved_state(path: Path, paths: Sequence[Path]) -> Iterator[None]:
             with contextlib.suppress(OSError):
                 os.chdir(cwd)
         _forget_user_modules(folders, set(sys.modules) - modules)
+
+
+@contextlib.contextmanager
+def _torch_defaults_kept(where: str) -> Iterator[None]:
+    """torch's default dtype and device as they were (torch is looked up, not imported:
+    a ``--rules-dir`` module may run before anything imports it, and may import it
+    itself). A changed default device is refused only when the code returned: an
+    error it raised says more."""
+    saved = _traceable().torch_defaults() if "torch" in sys.modules else None
+    returned = False
+    try:
+        yield
+        returned = True
+    finally:
+        if "torch" in sys.modules:
+            _traceable().restore_torch_defaults(saved, where, refuse=returned)
+
+
+def _traceable() -> ModuleType:
+    from shapelint import traceable
+
+    return traceable
 
 
 def _cwd() -> str | None:
@@ -240,4 +280,4 @@ def quiet_torch_logs() -> None:
         logger.addFilter(_DropMetaFailures())
 
 
-__all__ = ["call_user", "import_user_file", "quiet_torch_logs", "run_user_rule", "user_code"]
+__all__ = ["LOCK", "call_user", "import_user_file", "quiet_torch_logs", "run_user_rule", "user_code"]

@@ -8,7 +8,8 @@ The reporting policy (``Policy``), in one place:
    ``throughput`` (a padded layer, a larger batch) is counted per unit of work.
 2. It is reported when it saves at least ``min_loss`` (5%) of that work's time and
    its speedup on it is at least ``min_speedup`` (1.05x): below that, the estimate's
-   own error (about 10% per GEMM against measurements) can flip the sign.
+   own error (about 10% per GEMM against measurements) can flip the sign. Whatever
+   the thresholds (``--min-loss 0``), a saving of zero or less is never reported.
 3. Repeated layers (``h.0.mlp``, ``h.1.mlp``...) with the same proposal are grouped
    into one finding; a group is reported only when it saves at least
    ``min_step_share`` (1%) of the training step's estimated time
@@ -16,9 +17,16 @@ The reporting policy (``Policy``), in one place:
    included; GPU time where the host bounds the step, since that saving shows once
    the step is GPU-bound). Without a step model (``price`` alone) the share is of
    the step's GEMM time. Advice worth less than that is not worth a user's time.
-   When two rules propose the same change on the same modules, the larger saving is kept.
-4. Severity is the rule's, lowered from error to warning when the speedup on the
-   covered work is below ``error_speedup`` (1.25x).
+   The saving must be positive here too (``--min-step-share 0`` kept a finding that
+   saved nothing). When two rules propose the same change on the same modules, the
+   larger saving is kept.
+4. Severity follows the saving: the rule's, but an ``error`` needs a speedup on the
+   covered work of at least ``error_speedup`` (1.25x) AND a step that is not slower
+   with the change (``step_ms_saved`` >= 0; a host-bound step the change leaves where
+   it is counts by the GPU time of rule 3). Otherwise it is a ``warning``: padding a
+   vocabulary of a host-bound step whose slice-back side costs land on its timeline
+   saves GPU time but estimates the step slower (Whisper-small's LM head: 5.21 ms of
+   GPU time, step -0.68 ms, was reported as an error).
 
 Findings are ranked by the time they save per step.
 """
@@ -39,12 +47,16 @@ from shapelint.records import (
     Finding,
     Gemm,
     Proposal,
+    Severity,
     SizeSearch,
     Work,
 )
 
 #: a candidate size within this fraction of the best time counts as reaching it
 NEAR_BEST = 0.01
+
+#: a step saving within this much of zero is no change (float rounding of the timeline)
+STEP_NOISE_MS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -57,9 +69,24 @@ class Policy:
     error_speedup: float = 1.25
 
     def worth(self, before_ms: float, after_ms: float) -> bool:
-        """Rule 2: the saving on the covered work is worth reporting."""
-        return (before_ms > 0 and after_ms > 0 and after_ms <= (1 - self.min_loss) * before_ms
+        """Rule 2: the saving on the covered work is positive and worth reporting."""
+        return (before_ms > 0 and 0 < after_ms < before_ms and after_ms <= (1 - self.min_loss) * before_ms
                 and before_ms / after_ms >= self.min_speedup)
+
+    def worth_on_step(self, saved_ms: float, step_ms: float) -> bool:
+        """Rule 3: the time saved on the step (GPU time, see the module docstring) is
+        positive and at least ``min_step_share`` of the step."""
+        return saved_ms > 0 and saved_ms >= self.min_step_share * step_ms
+
+    def severity(self, rule: Severity, speedup: float) -> Severity:
+        """Rule 4 on the covered work: an error needs ``error_speedup`` there."""
+        return "warning" if rule == "error" and speedup < self.error_speedup else rule
+
+    def severity_on_step(self, severity: Severity, step_ms_saved: float | None) -> Severity:
+        """Rule 4 on the step: an error needs a step the change does not make slower
+        (``step_ms_saved`` None: a gain in throughput, not priced as step time)."""
+        slower = step_ms_saved is not None and step_ms_saved < -STEP_NOISE_MS
+        return "warning" if severity == "error" and slower else severity
 
 
 @dataclass(frozen=True)
@@ -83,10 +110,11 @@ def price(proposals: Iterable[Proposal], gemms: Sequence[Gemm], hw: Hardware,
     found = _deduplicated(group(priced))
     if on is not None:
         stepped = [on.priced(f) for f in found]
-        kept = [f for f, gpu_saved in stepped if gpu_saved >= policy.min_step_share * on.before.ms]
+        kept = [replace(f, severity=policy.severity_on_step(f.severity, f.step_ms_saved))
+                for f, gpu_saved in stepped if policy.worth_on_step(gpu_saved, on.before.ms)]
         return sorted(kept, key=lambda f: (-(f.step_ms_saved or 0.0), -f.saved_ms))
     step_ms = sum(gemm_ms(g, hw) for g in gemms)
-    kept = [f for f in found if f.saved_ms >= policy.min_step_share * step_ms]
+    kept = [f for f in found if policy.worth_on_step(f.saved_ms, step_ms)]
     return sorted(kept, key=lambda f: -f.saved_ms)
 
 
@@ -139,7 +167,19 @@ class StepModel:
                     f"({self.before.host_ms:.1f} ms of host time; hosts differ up to 2x, `shapelint calibrate` "
                     f"measures yours); this saves {gpu_saved:.2f} ms of GPU time, which shows "
                     "once the step is GPU-bound (torch.compile, CUDA graphs, a larger batch)")
+            note += _slower_until_then(self.before.ms - after.ms, bool(f.slices))
         return replace(f, step_ms=self.before.ms, step_ms_saved=self.before.ms - after.ms, step_note=note), gpu_saved
+
+
+def _slower_until_then(step_ms_saved: float, sliced: bool) -> str:
+    """What a finding on a host-bound step estimated slower with the change adds to its
+    note (rule 4 makes it a warning): on that timeline the GEMM time saved is hidden
+    behind the host while the change's own costs (slicing a padded tensor back, work
+    the change adds) are not."""
+    if step_ms_saved >= -STEP_NOISE_MS:
+        return ""
+    cost = "slicing the padded tensor back" if sliced else "what the change adds"
+    return f"; until then {cost} costs the step more than it saves (est. {-step_ms_saved:.2f} ms slower)"
 
 
 def price_one(p: Proposal, hw: Hardware, policy: Policy = Policy()) -> Finding | None:
@@ -168,12 +208,10 @@ def price_one(p: Proposal, hw: Hardware, policy: Policy = Policy()) -> Finding |
         facts["recorded_ms"] = sum(recorded)
     for name, work in p.references:
         facts[f"{name}_ms"] = work_ms(work, hw)
-    speedup = before_ms / after_ms
-    severity = p.severity if p.severity != "error" or speedup >= policy.error_speedup else "warning"
     return Finding(
         code=p.code,
         name=p.name,
-        severity=severity,
+        severity=policy.severity(p.severity, before_ms / after_ms),
         module=p.module,
         message=change.message,
         gemms=tuple(g.index for g in p.gemms),
