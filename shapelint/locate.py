@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from shapelint import fix_pretrained as pretrained
 from shapelint.fix_json import int_keys
 from shapelint.records import Facts, Finding, Source, Suggestion
 
@@ -261,4 +262,18 @@ def locate_all(findings: Sequence[Finding], config_keys: dict[str, tuple[int, in
         anchor = anchor_line(Path(config_file).read_text(encoding="utf-8", errors="replace"))
     except OSError:
         anchor = 1
-    return [locate_in_config(f, config_keys, config_file, tp=tp, anchor=anchor) for f in findings]
+    located = [locate_in_config(f, config_keys, config_file, tp=tp, anchor=anchor) for f in findings]
+    why = pretrained.marks(config_file)
+    return located if why is None else [with_pretrained(f, why) for f in located]
+
+
+def with_pretrained(f: Finding, why: str) -> Finding:
+    """A finding of a pretrained checkpoint's config (``why`` says what marks it: weights
+    beside it, ``_name_or_path``): ``pretrained`` says so, and a vocabulary finding gets
+    ``pretrained_fix``, how to pad in code (the config itself must not change)."""
+    facts: Facts = (("pretrained", why),)
+    s = f.suggestion
+    if (f.code == "SL501" or f.fact("vocab") is not None) and s is not None and isinstance(s.from_, int) \
+            and isinstance(s.to, int) and s.to > s.from_:
+        facts += (("pretrained_fix", pretrained.recipe(s.from_, s.to)),)
+    return replace(f, facts=f.facts + facts)

@@ -89,6 +89,10 @@ def config_context(f: Finding) -> list[str]:
     note = f.fact("config_note")
     if note:
         out.append(f"no config key: {note}")
+    pretrained = f.fact("pretrained")
+    if pretrained:
+        how = f.fact("pretrained_fix") or "its sizes are the ones its weights were trained at: do not edit the config"
+        out.append(f"pretrained checkpoint ({pretrained}): {how}")
     lib = f.fact("library_source")
     if isinstance(lib, dict):
         param = f.fact("code_parameter")
