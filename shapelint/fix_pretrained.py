@@ -74,8 +74,8 @@ def recipe(vocab: int, to: int) -> str:
     m = multiple(vocab, to)
     call = (f"model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of={m})" if m
             else f"model.resize_token_embeddings({to})")
-    return (f"pad in the training code after from_pretrained, not in the checkpoint's config: {call} "
-            f"({vocab} → {to} rows with len(tokenizer) = {vocab}); the tokenizer keeps its {vocab} tokens")
+    return (f"pad in the training code after from_pretrained: {call} ({vocab} → {to} rows when len(tokenizer) is "
+            f"{vocab}); the tokenizer keeps its {vocab} tokens")
 
 
 def refusal(why: str) -> str:
