@@ -34,6 +34,11 @@ from shapelint.locate import is_library
 BOM = b"\xef\xbb\xbf"
 
 
+def _root() -> bool:
+    """Whether this process runs as root (which os.access lets write anything)."""
+    return getattr(os, "geteuid", lambda: -1)() == 0
+
+
 class NotFixed(Exception):
     """Why a finding's value cannot be edited (the message is the reason)."""
 
@@ -118,9 +123,9 @@ def writable(path: Path, root: Path, also: frozenset[Path] = frozenset()) -> Pat
         raise NotFixed(f"{path} is not a regular file")
     if st.st_nlink > 1:
         raise NotFixed(f"{path} has {st.st_nlink} hard links: writing it would split them (edit it by hand)")
-    if not st.st_mode & stat.S_IWUSR or (os.geteuid() != 0 and not os.access(real, os.W_OK)):
+    if not st.st_mode & stat.S_IWUSR or (not _root() and not os.access(real, os.W_OK)):
         raise NotFixed(f"{path} is read-only (mode {stat.S_IMODE(st.st_mode):o}): make it writable to fix it")
-    if os.geteuid() != 0 and not os.access(real.parent, os.W_OK | os.X_OK):
+    if not _root() and not os.access(real.parent, os.W_OK | os.X_OK):
         raise NotFixed(f"{path}: its folder {real.parent} is not writable (the edit is written beside it, then "
                        f"renamed)")
     return real
@@ -134,7 +139,7 @@ def _replace(real: Path, data: bytes, st: os.stat_result) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-            if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+            if hasattr(os, "fchown") and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
                 os.fchown(f.fileno(), st.st_uid, st.st_gid)  # before the mode: chown clears set-id bits
             os.fchmod(f.fileno(), stat.S_IMODE(st.st_mode))
         os.replace(tmp, real)

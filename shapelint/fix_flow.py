@@ -251,8 +251,9 @@ class Module:
     def only_call(self, defn: ast.AST) -> ast.Call:
         """The one call of ``defn`` (a function, or a class: its construction) in the file."""
         name = getattr(defn, "name", "")
+        hints = {id(n) for a in _annotations(self.tree) for n in ast.walk(a)}  # `-> GPT` calls nothing
         refs = [n for n in ast.walk(self.tree) if isinstance(n, ast.Name) and n.id == name
-                and isinstance(n.ctx, ast.Load)]
+                and isinstance(n.ctx, ast.Load) and id(n) not in hints]
         calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
                  and n.func.id == name]
         if len(refs) != len(calls):
@@ -264,6 +265,16 @@ class Module:
         if any(self.definition(c.func) is not defn for c in calls):
             raise NotFixed(f"{name} names several things in {self.path}")
         return calls[0]
+
+
+def _annotations(tree: ast.AST) -> Iterator[ast.expr]:
+    for n in ast.walk(tree):
+        if isinstance(n, ast.arg) and n.annotation is not None:
+            yield n.annotation
+        elif isinstance(n, _FUNCTIONS) and n.returns is not None:
+            yield n.returns
+        elif isinstance(n, ast.AnnAssign):
+            yield n.annotation
 
 
 def _in_body(scope: ast.AST, child: ast.AST) -> bool:

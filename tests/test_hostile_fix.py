@@ -283,6 +283,43 @@ def test_crlf_line_ends_are_kept(proj: Path, capsys: pytest.CaptureFixture[str])
         "model.py": (LINEAR.replace("\n", "\r\n").encode(), FIXED.replace("\n", "\r\n").encode())}
 
 
+# -- the re-lint ---------------------------------------------------------------------------
+
+#: a rule from --rules-dir: the first GEMM could run in fp8 (a run setting, never fixed)
+USER_RULE = '''\
+"""A rule from --rules-dir."""
+from dataclasses import replace
+
+from shapelint.records import Change, Proposal, Suggestion
+
+CODE, NAME, SEVERITY, BAD, GOOD = "SL901", "user-rule", "warning", [], []
+
+
+def check(gemms, hardware, context):
+    first = tuple(gemms[:1])
+    yield Proposal(CODE, NAME, SEVERITY, first,
+                   Change(Suggestion("dtype", "bf16", "fp8"), tuple(replace(g, dtype="fp8") for g in first), "fp8"))
+'''
+#: a model that prints when imported and writes to fd 1 while it is built
+LOUD = LINEAR.replace("import torch\n", "import os\n\nimport torch\n\nprint('{\"findings\": []}')\n", 1).replace(
+    "    model = ", "    os.write(1, b'not json')\n    model = ")
+
+
+def test_the_relint_keeps_the_runs_rules_gpu_and_options(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The child process lints with the selected codes, --rules-dir, --gpu and the
+    policy of this run, and what the model prints there cannot corrupt the results."""
+    (proj / "rules").mkdir()
+    (proj / "rules" / "mine.py").write_text(USER_RULE)
+    (proj / "model.py").write_text(LOUD)
+    rc, out, _ = fix(["model.py", "--rules-dir", "rules", "--gpu", "a100", "--select", "SL101,SL901",
+                      "--min-step-share", "0", "--format", "json"], capsys)
+    report = json.loads(out)
+    assert rc == 1 and report["summary"]["gpu"] == "a100-80gb"
+    assert [(f["code"], f["details"].get("not_fixed", "")) for f in report["findings"]] == [
+        ("SL901", "dtype is how the model runs, not a size in a file")]
+    assert (proj / "model.py").read_text() == LOUD.replace("1023", "1024")
+
+
 # -- undoing -----------------------------------------------------------------------------
 
 
