@@ -298,16 +298,25 @@ def companions(mod: Module, follow: Follower, call: ast.Call, parameter: str, va
     return list({id(n): n for n in shown if n is not primary}.values())
 
 
-def vocabulary(mod: Module, call: ast.Call, value: int, primary: ast.Constant) -> list[ast.Constant]:
+def vocabulary(mod: Module, follow: Follower, call: ast.Call, value: int, primary: ast.Constant) -> list[ast.Constant]:
     """A vocabulary's other declarations in the function of ``call``: the embeddings and
-    output layers of that size (an LM's input embedding grows with its head)."""
+    output layers whose size is (or provably comes from) a literal ``value`` (an LM's
+    input embedding grows with its head; tied weights must agree)."""
     out = []
     for node in own_nodes(mod.scope(call)):
-        if isinstance(node, ast.Call) and node is not call:
-            out += [a for name, a in arguments(mod, node)
-                    if name in ("num_embeddings", "out_features") and _is_int(a, value) and a is not primary
-                    and (name == "num_embeddings") == (layer_class(node) == "Embedding")]
-    return [a for a in out if isinstance(a, ast.Constant)]
+        if not isinstance(node, ast.Call) or node is call:
+            continue
+        embedding = layer_class(node) == "Embedding"
+        for name, arg in arguments(mod, node):
+            if name != ("num_embeddings" if embedding else "out_features"):
+                continue
+            try:
+                literal = follow.literal(arg, value)
+            except NotFixed:
+                continue  # another size, or one shapelint cannot follow: not shown to be this vocabulary
+            if literal is not primary:
+                out.append(literal)
+    return list({id(n): n for n in out}.values())
 
 
 def _line(mod: Module, node: ast.AST) -> str:

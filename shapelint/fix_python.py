@@ -76,7 +76,7 @@ def python_spans(doc: Doc, shown: Path, line: int, names: Sequence[str], value: 
     primary = follow.literal(arg, value)
     nodes = [primary, *companions(mod, follow, call, names[0], value, primary)]
     if vocab:
-        nodes += vocabulary(mod, call, value, primary)
+        nodes += vocabulary(mod, follow, call, value, primary)
     return list(dict.fromkeys(span(doc.text, starts, n) for n in nodes))
 
 

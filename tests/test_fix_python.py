@@ -155,3 +155,11 @@ def test_pad_to_multiple_of_gives_exactly_the_suggestion() -> None:
     assert multiple(32001, 32008) == 8 and multiple(50257, 50304) == 128 and multiple(50257, 50280) is None
     assert "pad_to_multiple_of=128" in recipe(50257, 50304)
     assert "model.resize_token_embeddings(50280)" in recipe(50257, 50280)
+
+
+def test_the_embedding_of_the_same_vocabulary_grows_with_the_head() -> None:
+    text = ("import torch.nn as nn\nVOCAB = 5001\n\n\nclass LM(nn.Module):\n    def __init__(self) -> None:\n"
+            "        super().__init__()\n        self.emb = nn.Embedding(VOCAB, 256)\n"
+            "        self.head = nn.Linear(256, 5001)\n        self.pos = nn.Embedding(128, 256)\n")
+    after = edited(text, 9, "out_features", 5001, 5008, vocab=True)
+    assert after == text.replace("VOCAB = 5001", "VOCAB = 5008").replace("Linear(256, 5001)", "Linear(256, 5008)")
