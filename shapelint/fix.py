@@ -235,7 +235,12 @@ def _yaml_edits(config_file: str, f: Any, names: tuple[str, ...], value: int, ne
     lines = [src.line] if src is not None and src.file == config_file else []
     lines += [int(k["line"]) for k in f.fact("config_together") or []] if lines else []
     width = None if names[0] not in IN_PARAMETERS else 1 if names[0] == "in_channels" else -1
-    doc = files.doc(path)
+    try:
+        doc = files.doc(path)
+    except NotFixed:
+        if yaml_spans(read_doc(Path(os.path.realpath(path))), lines, value, width):
+            raise
+        return ()  # the size is not in the YAML: the builder's code may still be fixed
     return tuple(Edit(path, start, end, new, doc) for start, end in yaml_spans(doc, lines, value, width))
 
 
