@@ -272,12 +272,15 @@ def _run(argv: list[str]) -> int:
                    for problem in _suppression_problems(r, known, reader)]
     fixing = None
     if args.fix or args.diff:
-        from shapelint import fix
+        from shapelint import fix, project
+        from shapelint.fix_relint import Relinter
 
-        job_of = {path: (opts, hw) for path, opts, hw in jobs}
-        # edited files are read afresh: a new LineReader per re-lint
-        fixing = fix.run(results, lambda p: post(session.lint(p, *job_of[p], rules), suppress.LineReader()),
-                         write=args.fix and not args.diff, unsafe=args.unsafe_fixes)
+        # the re-lint runs in a fresh process (a module imported here would stay stale),
+        # with these options, GPU profiles and rules; edited files are read afresh: a new LineReader
+        relinter = Relinter({str(path): (opts, hw) for path, opts, hw in jobs}, tuple(r.code for r in rules),
+                            tuple(args.rules_dir))
+        fixing = fix.run(results, lambda targets: [post(r, suppress.LineReader()) for r in relinter(targets)],
+                         write=args.fix and not args.diff, unsafe=args.unsafe_fixes, root=project.root(cfg))
         results = fixing.results
     if args.verify:
         results = _verify(results, args)

@@ -23,7 +23,6 @@ lengths) explain nothing: a coincidence there is not a cause.
 
 from __future__ import annotations
 
-import json
 import re
 import site
 import sysconfig
@@ -31,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from shapelint import fix_pretrained as pretrained
+from shapelint.fix_json import int_keys
 from shapelint.records import Facts, Finding, Source, Suggestion
 
 #: config keys that name a layer size, preferred when several keys share a value
@@ -173,53 +174,12 @@ def explain(value: int, parameter: str, code: str, module: str, keys: dict[str, 
 
 # -- the file: keys, lines --------------------------------------------------------
 
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null|[{}\[\]:,]|\s+|.', re.S)
-_INT = re.compile(r"-?\d+")
-
-
 def json_int_keys(text: str) -> dict[str, tuple[int, int]] | None:
     """Dotted key path → (value, line) for every integer in a JSON object, nested
     objects (``text_config.hidden_size``) and lists (``hidden_sizes[2]``) included;
-    None when the text is not one JSON object."""
-    tokens: list[tuple[str, int]] = []
-    line = 1
-    for m in _TOKEN.finditer(text):
-        t = m.group()
-        if not t.isspace():
-            tokens.append((t, line))
-        line += t.count("\n")
-    out: dict[str, tuple[int, int]] = {}
-    pos = 0
-
-    def value(path: str) -> None:
-        nonlocal pos
-        t, ln = tokens[pos]
-        pos += 1
-        if t in ("{", "["):
-            close, index = ("}" if t == "{" else "]"), 0
-            while tokens[pos][0] != close:
-                if t == "{":
-                    key = json.loads(tokens[pos][0])
-                    if tokens[pos + 1][0] != ":" or not isinstance(key, str):
-                        raise ValueError("expected a key")
-                    pos += 2
-                    value(f"{path}.{key}" if path else key)
-                else:
-                    value(f"{path}[{index}]")
-                    index += 1
-                if tokens[pos][0] == ",":
-                    pos += 1
-            pos += 1
-        elif _INT.fullmatch(t):
-            out.setdefault(path, (int(t), ln))
-
-    try:
-        if not tokens or tokens[0][0] != "{":
-            return None
-        value("")
-    except (IndexError, ValueError, RecursionError):
-        return None
-    return out
+    None when the text is not one JSON object. A duplicated key counts as
+    ``json.loads`` reads it, the last one: the model is built from that value."""
+    return int_keys(text)
 
 
 def anchor_line(text: str) -> int:
@@ -302,4 +262,18 @@ def locate_all(findings: Sequence[Finding], config_keys: dict[str, tuple[int, in
         anchor = anchor_line(Path(config_file).read_text(encoding="utf-8", errors="replace"))
     except OSError:
         anchor = 1
-    return [locate_in_config(f, config_keys, config_file, tp=tp, anchor=anchor) for f in findings]
+    located = [locate_in_config(f, config_keys, config_file, tp=tp, anchor=anchor) for f in findings]
+    why = pretrained.marks(config_file)
+    return located if why is None else [with_pretrained(f, why) for f in located]
+
+
+def with_pretrained(f: Finding, why: str) -> Finding:
+    """A finding of a pretrained checkpoint's config (``why`` says what marks it: weights
+    beside it, ``_name_or_path``): ``pretrained`` says so, and a vocabulary finding gets
+    ``pretrained_fix``, how to pad in code (the config itself must not change)."""
+    facts: Facts = (("pretrained", why),)
+    s = f.suggestion
+    if (f.code == "SL501" or f.fact("vocab") is not None) and s is not None and isinstance(s.from_, int) \
+            and isinstance(s.to, int) and s.to > s.from_:
+        facts += (("pretrained_fix", pretrained.recipe(s.from_, s.to)),)
+    return replace(f, facts=f.facts + facts)

@@ -131,13 +131,15 @@ def test_a_fix_that_breaks_the_model_is_undone(tmp_path: Path, monkeypatch: pyte
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
     model = write_model(tmp_path)
-    # the input's width is a name the fix does not follow: the model no longer traces
-    broken = model.read_text().replace("torch.randn(4096, 1023)", "torch.randn(4096, WIDTH)") + "\nWIDTH = 1023\n"
-    broken = broken.replace("WIDTH = 1023", "WIDTH = 1000 + 23")
+    # the fix is proven (the Linear and the example input), but the file checks the old
+    # width itself: the re-lint fails, and the edit is undone
+    broken = model.read_text().replace("    return model,", "    if model[0].in_features != 1000 + 23:\n"
+                                       "        raise ValueError('the width changed')\n    return model,")
     model.write_text(broken)
     # named relative to the working directory: the message names the file twice and is
     # cut at 300 characters, so a long temporary path (pytest-xdist adds popen-gwN/) cut
     # off its end, "every edit was undone"
     rc, _, err = run([model.name, "--fix"], capsys)
     assert rc == 2 and "the fixes broke" in err and "every edit was undone" in err
+    assert "the width changed" in err and len(err.strip().splitlines()) == 1
     assert model.read_text() == broken

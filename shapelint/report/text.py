@@ -89,6 +89,11 @@ def config_context(f: Finding) -> list[str]:
     note = f.fact("config_note")
     if note:
         out.append(f"no config key: {note}")
+    pretrained = f.fact("pretrained")
+    if pretrained:
+        how = f.fact("pretrained_fix")
+        out.append(f"pretrained checkpoint ({pretrained}): do not edit its config, "
+                   + (str(how) if how else "its sizes are the ones its weights were trained at"))
     lib = f.fact("library_source")
     if isinstance(lib, dict):
         param = f.fact("code_parameter")

@@ -1,0 +1,364 @@
+"""--fix on hostile and fragile inputs (issue 24): each case in its own folder, the
+whole folder snapshotted before and after, and exactly the bytes that changed (or
+nothing, and the reason line) asserted.
+
+The project is ``tmp_path/proj`` (it holds ``.git``); ``tmp_path/outside`` is beyond it."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from _cli_helpers import MODEL, run
+from _hostile import full_snapshot
+
+from shapelint import fix_files
+
+#: a one-layer GPT-2 whose vocabulary (32001) SL501 pads to 32008 in bf16
+GPT2 = {"model_type": "gpt2", "n_embd": 256, "n_head": 4, "n_layer": 1, "n_positions": 128, "vocab_size": 32001}
+GPT2_ARGS = ["--seq", "128", "--batch", "2", "--min-step-share", "0"]
+RECIPE = "model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=8)"
+#: the tiny MLP: nn.Linear(1023, 1024) and its example input torch.randn(4096, 1023)
+LINEAR = MODEL.format(in_features=1023, comment="")
+FIXED = LINEAR.replace("1023", "1024")
+
+
+@pytest.fixture
+def proj(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "proj"
+    (root / ".git").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    monkeypatch.chdir(root)
+    return root
+
+
+def fix(argv: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    return run([*argv, "--fix", "--no-config"], capsys)
+
+
+def changes(before: dict[str, bytes | str], after: dict[str, bytes | str]) -> dict[str, tuple[object, object]]:
+    """Each entry that differs: (before, after)."""
+    return {k: (before.get(k), after.get(k)) for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)}
+
+
+def unchanged(folder: Path, argv: list[object], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run ``--fix``; nothing under ``folder`` may change. Its stdout."""
+    before = full_snapshot(folder)
+    rc, out, err = fix(argv, capsys)
+    assert rc == 1, err
+    assert changes(before, full_snapshot(folder)) == {}
+    return out
+
+
+# -- pretrained checkpoints --------------------------------------------------------------
+
+
+def test_checkpoint_with_weights_is_never_edited(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt = proj / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps(GPT2, indent=2) + "\n")
+    (ckpt / "model.safetensors").write_bytes(b"\0weights\0")
+    rc, out, _ = run([ckpt / "config.json", "--no-config", *GPT2_ARGS], capsys)  # the report alone
+    assert rc == 1
+    assert (f"pretrained checkpoint (model.safetensors is beside config.json): do not edit its config, pad in the "
+            f"training code after from_pretrained: {RECIPE} (32001 → 32008 rows when len(tokenizer) is 32001); "
+            f"the tokenizer keeps its 32001 tokens") in out
+    rc, out, _ = run([ckpt / "config.json", "--no-config", "--format", "json", *GPT2_ARGS], capsys)
+    (f,) = json.loads(out)["findings"]
+    assert f["code"] == "SL501" and f["details"]["pretrained"] == "model.safetensors is beside config.json"
+    assert RECIPE in f["details"]["pretrained_fix"]
+    out = unchanged(proj, [ckpt / "config.json", *GPT2_ARGS], capsys)
+    assert "SL501 vocab_size: 32001 → 32008: not fixed: a pretrained checkpoint (model.safetensors is beside " \
+           "config.json)" in out and RECIPE in out and "the tokenizer keeps its 32001 tokens" in out
+    assert "Fixed 0 findings (1 remaining)." in out
+    _, out, _ = run([ckpt / "config.json", "--diff", "--no-config", *GPT2_ARGS], capsys)
+    assert out == ""  # --diff shows what --fix writes: nothing
+
+
+def test_downloaded_config_with_torch_dtype_is_never_edited(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (proj / "config.json").write_text(json.dumps({**GPT2, "torch_dtype": "float32"}, indent=2) + "\n")
+    out = unchanged(proj, [proj / "config.json", *GPT2_ARGS], capsys)
+    assert "not fixed: a pretrained checkpoint (config.json has torch_dtype, the mark of a downloaded model)" in out
+    assert RECIPE in out
+
+
+# -- exactly the token that is the size --------------------------------------------------
+
+
+def test_another_functions_variable_of_the_same_value_is_left_alone(proj: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    text = ("import torch\nimport torch.nn as nn\n\nD = 1023\n\n\ndef other():\n    D = 1023\n    return D\n\n\n"
+            "def shapelint_model():\n    return nn.Sequential(nn.Linear(D, 1024), nn.ReLU()), torch.randn(4096, D)\n")
+    (proj / "model.py").write_text(text)
+    before = full_snapshot(proj)
+    rc, out, _ = fix(["model.py"], capsys)
+    assert rc == 0 and "Fixed 1 finding (0 remaining)." in out
+    assert changes(before, full_snapshot(proj)) == {
+        "model.py": (text.encode(), text.replace("D = 1023\n\n\ndef", "D = 1024\n\n\ndef", 1).encode())}
+    assert "    D = 1023\n" in (proj / "model.py").read_text()
+
+
+TOKENIZER = '''\
+import torch
+import torch.nn as nn
+
+
+class Tokenizer:
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+
+
+class LM(nn.Module):
+    def __init__(self, vocab_size: int = 32001) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, 256)
+        self.head = nn.Linear(256, vocab_size, bias=False)
+
+    def forward(self, idx):
+        return self.head(self.emb(idx))
+
+
+def shapelint_model():
+    tokenizer = Tokenizer(vocab_size=32001)
+    return LM(vocab_size=32001), torch.randint(0, tokenizer.vocab_size, (2, 128))
+'''
+
+
+def test_a_tokenizers_vocab_size_is_left_alone(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (proj / "lm.py").write_text(TOKENIZER)
+    before = full_snapshot(proj)
+    rc, out, _ = fix(["lm.py", "--min-step-share", "0"], capsys)
+    assert "fixed SL501 out_features: 32001 → 32008 in lm.py" in out and rc == 0
+    # the construction that reaches the layer changes; the tokenizer and the unused default do not
+    after = TOKENIZER.replace("LM(vocab_size=32001)", "LM(vocab_size=32008)")
+    assert changes(before, full_snapshot(proj)) == {"lm.py": (TOKENIZER.encode(), after.encode())}
+
+
+CONFIG_ONE_LINE = ('{"model_type": "gpt2", "task_specific_params": {"vocab_size": 32001}, "n_embd": 256, "n_head": 4, '
+                   '"n_layer": 1, "n_positions": 128, "vocab_size": 32001}\n')
+
+
+def test_one_line_json_edits_the_top_level_key(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (proj / "config.json").write_text(CONFIG_ONE_LINE)
+    before = full_snapshot(proj)
+    rc, out, _ = fix(["config.json", *GPT2_ARGS], capsys)
+    assert rc == 0 and "Fixed 1 finding (0 remaining)." in out
+    after = CONFIG_ONE_LINE.replace('"n_positions": 128, "vocab_size": 32001}', '"n_positions": 128, "vocab_size": 32008}')
+    assert changes(before, full_snapshot(proj)) == {"config.json": (CONFIG_ONE_LINE.encode(), after.encode())}
+
+
+def test_json_with_a_duplicated_key_edits_the_one_json_loads_uses(proj: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    text = json.dumps(GPT2, indent=2).replace('"n_embd"', '"vocab_size": 50000,\n  "n_embd"') + "\n"
+    assert json.loads(text)["vocab_size"] == 32001 and text.count('"vocab_size"') == 2
+    (proj / "config.json").write_text(text)
+    before = full_snapshot(proj)
+    rc, out, _ = fix(["config.json", *GPT2_ARGS], capsys)
+    assert rc == 0 and "config.json:8: fixed SL501 vocab_size: 32001 → 32008" in out
+    after = text.replace('"vocab_size": 32001', '"vocab_size": 32008')
+    assert changes(before, full_snapshot(proj)) == {"config.json": (text.encode(), after.encode())}
+
+
+# -- inside the project only ----------------------------------------------------------------
+
+LIBRARY = "import torch.nn as nn\n\n\ndef block():\n    return nn.Sequential(nn.Linear(1024, 1023))\n"
+USES_LIBRARY = ("import torch\nfrom {module} import block\n\n\ndef shapelint_model():\n"
+                "    return block(), torch.randn(4096, 1024)\n")
+
+
+def test_a_library_outside_the_project_is_left_alone(tmp_path: Path, proj: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "outside" / "hostile_fix_shared.py").write_text(LIBRARY)
+    monkeypatch.syspath_prepend(str(tmp_path / "outside"))
+    monkeypatch.delitem(sys.modules, "hostile_fix_shared", raising=False)
+    (proj / "model.py").write_text(USES_LIBRARY.format(module="hostile_fix_shared"))
+    out = unchanged(tmp_path, ["model.py"], capsys)
+    assert "SL101 out_features: 1023 → 1024: not fixed:" in out and "outside the project" in out
+    sys.modules.pop("hostile_fix_shared", None)
+
+
+def test_the_relint_sees_the_edited_library_module(proj: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The project's own library, imported from sys.path (not the target's folder): the
+    first lint leaves it in sys.modules, so only a fresh process sees the edit."""
+    (proj / "lib").mkdir()
+    (proj / "lib" / "hostile_fix_layers.py").write_text(LIBRARY)
+    monkeypatch.syspath_prepend(str(proj / "lib"))
+    monkeypatch.delitem(sys.modules, "hostile_fix_layers", raising=False)
+    (proj / "models").mkdir()
+    (proj / "models" / "model.py").write_text(USES_LIBRARY.format(module="hostile_fix_layers"))
+    before = full_snapshot(proj)
+    rc, out, _ = fix(["models/model.py"], capsys)
+    assert "hostile_fix_layers" in sys.modules  # the stale module this process keeps
+    sys.modules.pop("hostile_fix_layers", None)
+    assert "Fixed 1 finding (0 remaining)." in out and rc == 0
+    assert changes(before, full_snapshot(proj)) == {
+        "lib/hostile_fix_layers.py": (LIBRARY.encode(), LIBRARY.replace("1023", "1024").encode())}
+
+
+def test_a_symlink_inside_the_project_stays_a_link(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (proj / "real").mkdir()
+    (proj / "real" / "model.py").write_text(LINEAR)
+    (proj / "model.py").symlink_to("real/model.py")
+    before = full_snapshot(proj)
+    rc, out, _ = fix(["model.py"], capsys)
+    assert rc == 0 and "Fixed 1 finding (0 remaining)." in out
+    assert changes(before, full_snapshot(proj)) == {"real/model.py": (LINEAR.encode(), FIXED.encode())}
+    assert (proj / "model.py").is_symlink() and os.readlink(proj / "model.py") == "real/model.py"
+
+
+def test_a_symlink_leaving_the_project_is_refused(tmp_path: Path, proj: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "outside" / "model.py").write_text(LINEAR)
+    (proj / "model.py").symlink_to(tmp_path / "outside" / "model.py")
+    out = unchanged(tmp_path, ["model.py"], capsys)
+    assert "not fixed:" in out and "is a symlink to" in out and "outside the project" in out
+
+
+# -- what the file is ---------------------------------------------------------------------
+
+
+def test_a_hard_linked_file_is_refused(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (proj / "model.py").write_text(LINEAR)
+    os.link(proj / "model.py", proj / "twin.py")
+    out = unchanged(proj, ["model.py"], capsys)
+    assert "not fixed: model.py has 2 hard links: writing it would split them" in out
+    assert os.stat(proj / "model.py").st_ino == os.stat(proj / "twin.py").st_ino
+
+
+def test_a_read_only_file_is_refused(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (proj / "model.py").write_text(LINEAR)
+    (proj / "model.py").chmod(0o444)
+    out = unchanged(proj, ["model.py"], capsys)
+    assert "not fixed: model.py is read-only (mode 444)" in out
+    assert stat.S_IMODE((proj / "model.py").stat().st_mode) == 0o444
+
+
+BUILDER = ("import torch.nn as nn\n\n\ndef build(widths):\n    layers = []\n"
+           "    for fan_in, fan_out in zip(widths, widths[1:]):\n        layers.append(nn.Linear(fan_in, fan_out))\n"
+           "    return nn.Sequential(*layers)\n")
+
+
+def test_a_yaml_hex_integer_is_refused_cleanly(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (proj / "mlp.py").write_text(BUILDER)
+    (proj / "mlp.yaml").write_text("model: mlp.py:build\nkwargs:\n  widths: [1024, 4096, 0x1555, 1024]\n"
+                                   "inputs:\n  - shape: [8192, 1024]\n")
+    out = unchanged(proj, ["mlp.yaml"], capsys)
+    assert "mlp.yaml:3: `0x1555` is 5461 written in another form than decimal" in out
+    assert "write it as 5461 for --fix to change it" in out and "internal error" not in out
+
+
+def test_a_file_with_a_bom_keeps_it(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (proj / "model.py").write_bytes(b"\xef\xbb\xbf" + LINEAR.encode())
+    before = full_snapshot(proj)
+    rc, out, _ = fix(["model.py"], capsys)
+    assert rc == 0 and "Fixed 1 finding (0 remaining)." in out
+    assert changes(before, full_snapshot(proj)) == {
+        "model.py": (b"\xef\xbb\xbf" + LINEAR.encode(), b"\xef\xbb\xbf" + FIXED.encode())}
+
+
+def test_a_latin_1_python_file_keeps_its_encoding(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    head = "# -*- coding: latin-1 -*-\n# Modèle à café\n"
+    (proj / "model.py").write_bytes((head + LINEAR).encode("latin-1"))
+    before = full_snapshot(proj)
+    rc, out, _ = fix(["model.py"], capsys)
+    assert rc == 0 and "Fixed 1 finding (0 remaining)." in out
+    assert changes(before, full_snapshot(proj)) == {
+        "model.py": ((head + LINEAR).encode("latin-1"), (head + FIXED).encode("latin-1"))}
+
+
+def test_crlf_line_ends_are_kept(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (proj / "model.py").write_bytes(LINEAR.replace("\n", "\r\n").encode())
+    config = json.dumps(GPT2, indent=2).replace("\n", "\r\n") + "\r\n"
+    (proj / "config.json").write_bytes(config.encode())
+    before = full_snapshot(proj)
+    rc, out, _ = fix(["model.py", "config.json", *GPT2_ARGS], capsys)
+    assert rc == 0 and "Fixed 2 findings (0 remaining)." in out
+    assert changes(before, full_snapshot(proj)) == {
+        "config.json": (config.encode(), config.replace("32001", "32008").encode()),
+        "model.py": (LINEAR.replace("\n", "\r\n").encode(), FIXED.replace("\n", "\r\n").encode())}
+
+
+# -- the re-lint ---------------------------------------------------------------------------
+
+#: a rule from --rules-dir: the first GEMM could run in fp8 (a run setting, never fixed)
+USER_RULE = '''\
+"""A rule from --rules-dir."""
+from dataclasses import replace
+
+from shapelint.records import Change, Proposal, Suggestion
+
+CODE, NAME, SEVERITY, BAD, GOOD = "SL901", "user-rule", "warning", [], []
+
+
+def check(gemms, hardware, context):
+    first = tuple(gemms[:1])
+    yield Proposal(CODE, NAME, SEVERITY, first,
+                   Change(Suggestion("dtype", "bf16", "fp8"), tuple(replace(g, dtype="fp8") for g in first), "fp8"))
+'''
+#: a model that prints when imported and writes to fd 1 while it is built
+LOUD = LINEAR.replace("import torch\n", "import os\n\nimport torch\n\nprint('{\"findings\": []}')\n", 1).replace(
+    "    model = ", "    os.write(1, b'not json')\n    model = ")
+
+
+def test_the_relint_keeps_the_runs_rules_gpu_and_options(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The child process lints with the selected codes, --rules-dir, --gpu and the
+    policy of this run, and what the model prints there cannot corrupt the results."""
+    (proj / "rules").mkdir()
+    (proj / "rules" / "mine.py").write_text(USER_RULE)
+    (proj / "model.py").write_text(LOUD)
+    rc, out, _ = fix(["model.py", "--rules-dir", "rules", "--gpu", "a100", "--select", "SL101,SL901",
+                      "--min-step-share", "0", "--format", "json"], capsys)
+    report = json.loads(out)
+    assert rc == 1 and report["summary"]["gpu"] == "a100-80gb"
+    assert [(f["code"], f["details"].get("not_fixed", "")) for f in report["findings"]] == [
+        ("SL901", "dtype is how the model runs, not a size in a file")]
+    assert (proj / "model.py").read_text() == LOUD.replace("1023", "1024")
+
+
+# -- undoing -----------------------------------------------------------------------------
+
+
+#: the fix is proven, but the file checks the old width itself: the re-lint fails
+CHECKED = LINEAR.replace("    return model,", "    if model[0].in_features != 1000 + 23:\n"
+                                            "        raise ValueError('the width changed')\n    return model,")
+
+
+def test_a_relint_failure_restores_every_file(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (proj / "good.py").write_text(LINEAR)
+    (proj / "bad.py").write_text(CHECKED)
+    (proj / "bad.py").chmod(0o640)
+    before = full_snapshot(proj)
+    rc, out, err = fix(["good.py", "bad.py"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "the fixes broke the re-lint, so every edit was undone (2 files restored): bad.py:" in err
+    assert "the width changed" in err
+    assert changes(before, full_snapshot(proj)) == {}
+    assert stat.S_IMODE((proj / "bad.py").stat().st_mode) == 0o640
+    assert not list(proj.rglob("*.shapelint"))
+
+
+def test_a_write_failure_restores_every_file(proj: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    (proj / "a.py").write_text(LINEAR)
+    (proj / "b.py").write_text(LINEAR)
+    before = full_snapshot(proj)
+    real = fix_files._replace
+    calls: list[Path] = []
+
+    def failing(path: Path, data: bytes, st: os.stat_result) -> None:
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(path, data, st)
+
+    monkeypatch.setattr(fix_files, "_replace", failing)
+    rc, _, err = fix(["a.py", "b.py"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "No space left on device; every edit was undone" in err
+    assert len(calls) == 3  # a written, b failed, a put back
+    assert changes(before, full_snapshot(proj)) == {}
