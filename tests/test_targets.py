@@ -74,8 +74,9 @@ def test_directory_of_configs_lints_each(tmp_path: Path, capsys) -> None:
         d.mkdir()
         (d / "config.json").write_text(json.dumps({
             "model_type": "gpt2", "n_layer": 1, "n_embd": 256, "n_head": 4, "vocab_size": vocab,
-            "n_positions": 512, "bos_token_id": 0, "eos_token_id": 0}, indent=2))
-    code, doc = run(capsys, str(tmp_path), "--batch", "2", "--seq", "512")
+            "n_positions": 1024, "bos_token_id": 0, "eos_token_id": 0}, indent=2))
+    # 8 x 1024 tokens: a GPU-bound step, on which padding b's vocabulary saves time
+    code, doc = run(capsys, str(tmp_path), "--batch", "8", "--seq", "1024")
     assert [t["target"].rsplit("/", 2)[-2] for t in doc["targets"]] == ["a", "b"]
     flagged = {f["target"].rsplit("/", 2)[-2]: f["suggestion"] for f in doc["findings"]}
     assert flagged == {"b": {"parameter": "vocab_size", "from": 32001, "to": 32008}}

@@ -18,15 +18,14 @@ The reporting policy (``Policy``), in one place:
    the step is GPU-bound). Without a step model (``price`` alone) the share is of
    the step's GEMM time. Advice worth less than that is not worth a user's time.
    The saving must be positive here too (``--min-step-share 0`` kept a finding that
-   saved nothing). When two rules propose the same change on the same modules, the
-   larger saving is kept.
+   saved nothing), and a change the step model estimates makes the step slower is
+   not reported at all, whatever it saves on the GPU: on a host-bound step its own
+   costs (slicing a padded tensor back, the kernels it adds) can land on the timeline
+   where the GEMM time it saves is hidden (Whisper-small's vocabulary: 5.21 ms of GPU
+   time saved, the step 0.68 ms slower, was reported as an error). When two rules
+   propose the same change on the same modules, the larger saving is kept.
 4. Severity follows the saving: the rule's, but an ``error`` needs a speedup on the
-   covered work of at least ``error_speedup`` (1.25x) AND a step that is not slower
-   with the change (``step_ms_saved`` >= 0; a host-bound step the change leaves where
-   it is counts by the GPU time of rule 3). Otherwise it is a ``warning``: padding a
-   vocabulary of a host-bound step whose slice-back side costs land on its timeline
-   saves GPU time but estimates the step slower (Whisper-small's LM head: 5.21 ms of
-   GPU time, step -0.68 ms, was reported as an error).
+   covered work of at least ``error_speedup`` (1.25x); below it, a ``warning``.
 
 Findings are ranked by the time they save per step.
 """
@@ -82,11 +81,11 @@ class Policy:
         """Rule 4 on the covered work: an error needs ``error_speedup`` there."""
         return "warning" if rule == "error" and speedup < self.error_speedup else rule
 
-    def severity_on_step(self, severity: Severity, step_ms_saved: float | None) -> Severity:
-        """Rule 4 on the step: an error needs a step the change does not make slower
+    @staticmethod
+    def slows_the_step(step_ms_saved: float | None) -> bool:
+        """Rule 3: the step model estimates the step slower with the change
         (``step_ms_saved`` None: a gain in throughput, not priced as step time)."""
-        slower = step_ms_saved is not None and step_ms_saved < -STEP_NOISE_MS
-        return "warning" if severity == "error" and slower else severity
+        return step_ms_saved is not None and step_ms_saved < -STEP_NOISE_MS
 
 
 @dataclass(frozen=True)
@@ -110,8 +109,8 @@ def price(proposals: Iterable[Proposal], gemms: Sequence[Gemm], hw: Hardware,
     found = _deduplicated(group(priced))
     if on is not None:
         stepped = [on.priced(f) for f in found]
-        kept = [replace(f, severity=policy.severity_on_step(f.severity, f.step_ms_saved))
-                for f, gpu_saved in stepped if policy.worth_on_step(gpu_saved, on.before.ms)]
+        kept = [f for f, gpu_saved in stepped
+                if policy.worth_on_step(gpu_saved, on.before.ms) and not policy.slows_the_step(f.step_ms_saved)]
         return sorted(kept, key=lambda f: (-(f.step_ms_saved or 0.0), -f.saved_ms))
     step_ms = sum(gemm_ms(g, hw) for g in gemms)
     kept = [f for f in found if policy.worth_on_step(f.saved_ms, step_ms)]
@@ -167,19 +166,7 @@ class StepModel:
                     f"({self.before.host_ms:.1f} ms of host time; hosts differ up to 2x, `shapelint calibrate` "
                     f"measures yours); this saves {gpu_saved:.2f} ms of GPU time, which shows "
                     "once the step is GPU-bound (torch.compile, CUDA graphs, a larger batch)")
-            note += _slower_until_then(self.before.ms - after.ms, bool(f.slices))
         return replace(f, step_ms=self.before.ms, step_ms_saved=self.before.ms - after.ms, step_note=note), gpu_saved
-
-
-def _slower_until_then(step_ms_saved: float, sliced: bool) -> str:
-    """What a finding on a host-bound step estimated slower with the change adds to its
-    note (rule 4 makes it a warning): on that timeline the GEMM time saved is hidden
-    behind the host while the change's own costs (slicing a padded tensor back, work
-    the change adds) are not."""
-    if step_ms_saved >= -STEP_NOISE_MS:
-        return ""
-    cost = "slicing the padded tensor back" if sliced else "what the change adds"
-    return f"; until then {cost} costs the step more than it saves (est. {-step_ms_saved:.2f} ms slower)"
 
 
 def price_one(p: Proposal, hw: Hardware, policy: Policy = Policy()) -> Finding | None:
