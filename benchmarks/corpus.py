@@ -26,9 +26,9 @@ import transformers
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_models_corpus import CORPUS, MODELS, expected_counter, traced
+from test_models_corpus import CORPUS, MODELS, expected_counter, traced  # noqa: E402
 
-from shapelint.cli import main
+from shapelint.app.cli import main  # noqa: E402
 
 
 def lint(config: Path, batch: int, seq: int) -> tuple[int, dict | None, float, str]:

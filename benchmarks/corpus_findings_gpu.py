@@ -3,7 +3,7 @@
 For every Hugging Face config under tests/corpus/*/config.json, as a user lints it
 (every built-in rule, the default reporting policy, --batch/--seq):
 
-- **precision**: each finding's premise is timed on the GPU with shapelint.verify's
+- **precision**: each finding's premise is timed on the GPU with shapelint.measure.verify's
   machinery (the GEMMs it names, before and after its suggestion, with the recorded
   operand layouts; hand-written attention against the fused kernel as one block). A
   finding is *confirmed* when it measures at least the policy's min-speedup (what
@@ -98,7 +98,9 @@ class Bench:
     """What one run measures with: the GPU profile, rules, timer and kernel runners."""
 
     def __init__(self, args: argparse.Namespace, deadline: float):
-        from shapelint import check, hardware, verify
+        from shapelint.check import run as check
+        from shapelint.hardware import gpu as hardware
+        from shapelint.measure import verify
 
         self.args, self.deadline = args, deadline
         cuda = args.device == "cuda"
@@ -116,7 +118,7 @@ class Bench:
 
     def ms(self, g: Any) -> float | None:
         """Median time of the kernel ``g`` runs (0 for a part of a fused kernel timed with its first GEMM)."""
-        from shapelint import verify
+        from shapelint.measure import verify
 
         key = verify._kernel_key(g)
         if key is None:
@@ -146,7 +148,7 @@ def aligned(g: Any, hw: Any) -> Any:
 
 def findings_of(r: Any, bench: Bench, rows: list[dict[str, Any]]) -> None:
     """Each finding timed, appended to ``rows`` as it is done (what was done survives OutOfTime)."""
-    from shapelint import verify
+    from shapelint.measure import verify
 
     threshold = max(r.policy.min_speedup, 1.0)
     for f in r.findings:
@@ -227,7 +229,7 @@ def misalignments(r: Any, bench: Bench, step_ms: float) -> list[dict[str, Any]]:
 
 
 def run_model(name: str, config: Path, bench: Bench) -> dict[str, Any]:
-    from shapelint.pipeline import Options, lint_target
+    from shapelint.pipeline.run import Options, lint_target
 
     start = time.perf_counter()
     model: dict[str, Any] = {"model": name, "config": str(config)}

@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from shapelint.check import builtin_rules
-from shapelint.hardware import default_gpu, resolve
+from shapelint.check.run import builtin_rules
+from shapelint.hardware.gpu import default_gpu, resolve
 from shapelint.padding import mask_padded_logits
-from shapelint.pipeline import Options, lint_target
+from shapelint.pipeline.run import Options, lint_target
 
 ROOT = Path(__file__).resolve().parent.parent
 

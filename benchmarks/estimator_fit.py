@@ -16,10 +16,10 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from shapelint.gemm_shapes import matrix
-from shapelint.hardware import resolve
+from shapelint.hardware.gpu import resolve
+from shapelint.model.records import Gemm
+from shapelint.physics.gemm_shapes import matrix
 from shapelint.price.gemm import gemm_time
-from shapelint.records import Gemm
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_TRUTH = HERE.parent.parent / "shared" / "data" / "gemm_truth.json"

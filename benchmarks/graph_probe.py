@@ -1,6 +1,6 @@
 """What torch.compile makes of each model of benchmarks/step_gpu_models.py with the
 installed transformers: the compiled graphs a training step calls and the ops it runs
-outside them, as ``shapelint --compile`` finds them (``shapelint.compile_probe``: one
+outside them, as ``shapelint --compile`` finds them (``shapelint.load.compile_probe``: one
 and two layers, extrapolated to the config's depth). ``--full`` also counts the listed
 sections at their full depth, for the extrapolation's check (minutes for a 1B model).
 CPU only.
@@ -27,7 +27,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from step_gpu_models import SECTIONS  # noqa: E402
 
-from shapelint import compile_probe, load  # noqa: E402
+from shapelint.load import compile_probe  # noqa: E402
+from shapelint.load import loaders as load  # noqa: E402
 
 
 def default_out() -> Path:

@@ -7,7 +7,7 @@
   event-timed step. SL402 estimates the covered convolutions' GPU time.
 - Fused attention (``F.scaled_dot_product_attention``, bf16, forward + backward,
   1024 x 1024, head dim 64) at the batch x heads of GPT-Neo-125m (96), BLOOM-560m
-  and CodeGen-350m (128): as shapelint.verify's block runner lays it out
+  and CodeGen-350m (128): as shapelint.measure.verify's block runner lays it out
   ([1, B*H, T, D]) and as the models do ([B, H, T, D]), timed per call with CUDA
   events (the verify timer) and as kernel time (the profiler).
 
@@ -58,7 +58,7 @@ def kernel_ms(fn: Callable[[], object], steps: int = 10) -> dict[str, float]:
 
 
 def event_ms(fn: Callable[[], object], reps: int = 30) -> float:
-    from shapelint.verify import cuda_timer
+    from shapelint.measure.verify import cuda_timer
 
     return statistics.median(cuda_timer(reps=reps)(fn))
 

@@ -276,7 +276,7 @@ SECTIONS: dict[str, dict] = {
     },
     # held out from every measurement before 2026-11-25's graph-break runs, and not in
     # tests/corpus: published configs whose transformers 5.17 code breaks torch.compile's
-    # graph (shapelint.compile_probe: 22 + 19, 38 + 33, 28 + 26 and 27 + 26 graphs a step)
+    # graph (shapelint.load.compile_probe: 22 + 19, 38 + 33, 28 + 26 and 27 + 26 graphs a step)
     "blenderbot_small": {
         "architecture": "BlenderbotSmallForConditionalGeneration",
         "auto": "seq2seq",

@@ -25,11 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shapelint import hardware  # noqa: E402
-from shapelint.capture import capture, to_precision  # noqa: E402
-from shapelint.load import load  # noqa: E402
+from shapelint.capture.run import capture, to_precision  # noqa: E402
+from shapelint.hardware import gpu as hardware  # noqa: E402
+from shapelint.load.loaders import load  # noqa: E402
+from shapelint.model.records import Slice  # noqa: E402
 from shapelint.price.step import Step, side_ms, step_time  # noqa: E402
-from shapelint.records import Slice  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from step_gpu_models import SECTIONS  # noqa: E402

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import torch
 
-from shapelint.check import builtin_rules
-from shapelint.examples_runner import trace_example
-from shapelint.hardware import default_gpu, resolve
+from shapelint.check.run import builtin_rules
+from shapelint.hardware.gpu import default_gpu, resolve
+from shapelint.measure.verify import verify
+from shapelint.pipeline.examples import trace_example
 from shapelint.price import price
-from shapelint.verify import verify
 
 ROOT = Path(__file__).resolve().parent.parent
 

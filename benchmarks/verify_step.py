@@ -5,9 +5,9 @@ suggestion, eager and under torch.compile.
 For each model and mode this runs exactly what the CLI runs: the config is written
 to a temporary folder as a config.json, linted (shapelint.lint.lint_target, the GPU's
 own profile, bf16, the given batch x seq, --compile for compiled rows), then
-shapelint.verify_step.verify_result builds the model for real (random weights),
+shapelint.measure.step.verify_result builds the model for real (random weights),
 applies the suggestions to a copy as --fix --unsafe-fixes would, and times before
-against after in alternating blocks (see shapelint/verify_step.py).
+against after in alternating blocks (see shapelint/measure/step.py).
 
 Models (the configs of benchmarks/step_gpu_models.py, published hyperparameters):
 GPT-2 small (vocab 50257), BERT-base MLM at 32 x 512 (vocab 30522), a Llama-style
@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from step_gpu_models import SECTIONS  # noqa: E402  (pure data, the configs step_gpu.py measured)
 
-SCHEMA = "shapelint.verify_step/1"
+SCHEMA = "shapelint.measure.step/1"
 
 #: model -> (section of step_gpu_models, batch, seq, config overrides)
 MODELS: dict[str, tuple[str, int, int, dict[str, Any]]] = {
@@ -236,9 +236,10 @@ class Results:
 
 def run_one(model: str, mode: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """Lint one config and verify its step, as `shapelint CONFIG --verify --step [--compile]` does."""
-    from shapelint import hardware, verify_step
-    from shapelint.check import builtin_rules
-    from shapelint.pipeline import Options, lint_target
+    from shapelint.check.run import builtin_rules
+    from shapelint.hardware import gpu as hardware
+    from shapelint.measure import step as verify_step
+    from shapelint.pipeline.run import Options, lint_target
     from shapelint.price import Policy
 
     cfg, batch, seq = config_for(model, args.tiny)
@@ -269,7 +270,7 @@ def run_one(model: str, mode: str, args: argparse.Namespace, folder: Path) -> di
         from shapelint.price.step import step_time
 
         sm = r.step_model
-        from shapelint.calibrate import host_table
+        from shapelint.measure.calibrate import host_table
 
         rated = replace(hw, step=replace(hw.step, **host_table(hw, *args.host_speed)))
         this_host = round(step_time(sm.step, rated, sm.mode, sm.optimizer).ms, 3)
@@ -335,9 +336,9 @@ def rescore(files: list[str], gpu: str | None) -> tuple[str, list[dict[str, Any]
     estimated on, the findings it applied matched by code, module and suggestion; its
     estimate then, now, and the measurement. Changing the model and rescoring every
     earlier run shows what the change does to every row, not only the one it targets."""
-    from shapelint import hardware
-    from shapelint.check import builtin_rules
-    from shapelint.pipeline import Options, lint_target
+    from shapelint.check.run import builtin_rules
+    from shapelint.hardware import gpu as hardware
+    from shapelint.pipeline.run import Options, lint_target
     from shapelint.price import Policy
 
     out = ["| run | model | mode | applied | measured ms | est. then | est. now | error now | measured × | "
@@ -462,8 +463,8 @@ def main() -> int:
     log("env:", json.dumps({k: v for k, v in env.items() if k != "nvidia_smi"}))
     args.host_speed = None
     if args.host_probe and args.device == "cuda":
-        from shapelint import hardware
-        from shapelint.calibrate import host_speed
+        from shapelint.hardware import gpu as hardware
+        from shapelint.measure.calibrate import host_speed
 
         probe_hw = hardware.resolve(args.gpu) if args.gpu else hardware.default_gpu()
         args.host_speed = (host_speed(False, probe_hw), host_speed(True, probe_hw) if "compile" in modes else None)

@@ -31,10 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from shapelint.hardware import Hardware
-from shapelint.physics.alignment import is_aligned, misaligned_leading_dims
-from shapelint.physics.reshape import resize
-from shapelint.records import (
+from shapelint.check.rule_api import Example, RuleContext, phases
+from shapelint.hardware.gpu import Hardware
+from shapelint.model.records import (
     ATTN_ROLES,
     Change,
     Dim,
@@ -44,7 +43,8 @@ from shapelint.records import (
     SizeSearch,
     Suggestion,
 )
-from shapelint.rule_api import Example, RuleContext, phases
+from shapelint.physics.alignment import is_aligned, misaligned_leading_dims
+from shapelint.physics.reshape import resize
 
 CODE = "SL101"
 NAME = "misaligned-leading-dim"

@@ -36,9 +36,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from shapelint.hardware import Hardware
-from shapelint.records import Change, Gemm, Proposal, Severity, Suggestion
-from shapelint.rule_api import Example, RuleContext, by_module, phases
+from shapelint.check.rule_api import Example, RuleContext, by_module, phases
+from shapelint.hardware.gpu import Hardware
+from shapelint.model.records import Change, Gemm, Proposal, Severity, Suggestion
 
 CODE = "SL102"
 NAME = "no-tensor-cores"

@@ -47,11 +47,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from shapelint.hardware import Hardware
+from shapelint.check.rule_api import Example, RuleContext, by_module
+from shapelint.hardware.gpu import Hardware
+from shapelint.model.records import ATTN_ROLES, Change, Gemm, Proposal, Severity, Suggestion
 from shapelint.physics.reshape import resize
 from shapelint.physics.roofline import compute_bound, ridge
-from shapelint.records import ATTN_ROLES, Change, Gemm, Proposal, Severity, Suggestion
-from shapelint.rule_api import Example, RuleContext, by_module
 
 CODE = "SL201"
 NAME = "memory-bound-gemm"

@@ -46,9 +46,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from shapelint.hardware import Hardware
-from shapelint.records import Gemm, Proposal, Severity
-from shapelint.rule_api import Example, RuleContext, quantization_proposals
+from shapelint.check.rule_api import Example, RuleContext, quantization_proposals
+from shapelint.hardware.gpu import Hardware
+from shapelint.model.records import Gemm, Proposal, Severity
 
 CODE = "SL202"
 NAME = "tile-quantization"

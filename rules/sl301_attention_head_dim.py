@@ -47,11 +47,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from math import ceil
 
-from shapelint.hardware import Hardware
+from shapelint.check.rule_api import Example, RuleContext, by_module
+from shapelint.hardware.gpu import Hardware
+from shapelint.model.records import Change, Dim, Gemm, Proposal, Severity, SizeSearch, Suggestion, Work
 from shapelint.physics import attention as att
 from shapelint.physics.reshape import resize
-from shapelint.records import Change, Dim, Gemm, Proposal, Severity, SizeSearch, Suggestion, Work
-from shapelint.rule_api import Example, RuleContext, by_module
 
 CODE = "SL301"
 NAME = "attention-head-dim"

@@ -46,7 +46,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shapelint.hardware import Hardware
+from shapelint.check.rule_api import Example, RuleContext
+from shapelint.hardware.gpu import Hardware
+from shapelint.model.records import Change, Gemm, Proposal, Severity, Suggestion, Work
 from shapelint.physics.attention import (
     GEMM_PASSES_BACKWARD,
     GEMM_PASSES_FORWARD,
@@ -56,8 +58,6 @@ from shapelint.physics.attention import (
     find_hand_written,
     softmax_traffic_bytes,
 )
-from shapelint.records import Change, Gemm, Proposal, Severity, Suggestion, Work
-from shapelint.rule_api import Example, RuleContext
 
 CODE = "SL302"
 NAME = "materialized-attention"

@@ -55,9 +55,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from shapelint.hardware import Hardware
-from shapelint.physics.conv import ConvCall, conv_calls, misaligned_channels, rebuild
-from shapelint.records import (
+from shapelint.check.rule_api import Example, RuleContext, phases
+from shapelint.hardware.gpu import Hardware
+from shapelint.model.records import (
     Change,
     Dim,
     Gemm,
@@ -66,7 +66,7 @@ from shapelint.records import (
     SizeSearch,
     Suggestion,
 )
-from shapelint.rule_api import Example, RuleContext, phases
+from shapelint.physics.conv import ConvCall, conv_calls, misaligned_channels, rebuild
 
 CODE = "SL401"
 NAME = "conv-channels"

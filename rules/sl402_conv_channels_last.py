@@ -54,10 +54,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from shapelint.hardware import Hardware
+from shapelint.check.rule_api import Example, RuleContext
+from shapelint.hardware.gpu import Hardware
+from shapelint.model.records import Change, Gemm, Proposal, Severity, Suggestion
 from shapelint.physics.conv import ConvCall, conv_calls, misaligned_channels
-from shapelint.records import Change, Gemm, Proposal, Severity, Suggestion
-from shapelint.rule_api import Example, RuleContext
 
 CODE = "SL402"
 NAME = "conv-channels-last"

@@ -33,9 +33,9 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
-from shapelint.hardware import Hardware, ceil_div
-from shapelint.physics.reshape import resize
-from shapelint.records import (
+from shapelint.check.rule_api import Example, RuleContext, phases
+from shapelint.hardware.gpu import Hardware, ceil_div
+from shapelint.model.records import (
     Change,
     Dim,
     Gemm,
@@ -45,7 +45,7 @@ from shapelint.records import (
     Slice,
     Suggestion,
 )
-from shapelint.rule_api import Example, RuleContext, phases
+from shapelint.physics.reshape import resize
 
 CODE = "SL501"
 NAME = "vocab-padding"

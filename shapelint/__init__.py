@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from shapelint.api import Report, lint, lint_target
-    from shapelint.records import Finding, Gemm, Source, Suggestion
+    from shapelint.app.api import Report, lint, lint_target
+    from shapelint.model.records import Finding, Gemm, Source, Suggestion
 
 #: public name → the module that defines it
-_PUBLIC = {"Report": "shapelint.api", "lint": "shapelint.api", "lint_target": "shapelint.api",
-           "Finding": "shapelint.records", "Gemm": "shapelint.records", "Source": "shapelint.records",
-           "Suggestion": "shapelint.records"}
+_PUBLIC = {"Report": "shapelint.app.api", "lint": "shapelint.app.api", "lint_target": "shapelint.app.api",
+           "Finding": "shapelint.model.records", "Gemm": "shapelint.model.records", "Source": "shapelint.model.records",
+           "Suggestion": "shapelint.model.records"}
 
 
 def __getattr__(name: str) -> Any:

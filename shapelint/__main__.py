@@ -1,5 +1,5 @@
 import sys
 
-from shapelint.cli import main
+from shapelint.app.cli import main
 
 sys.exit(main())

@@ -19,7 +19,7 @@ class ShapelintError(Exception):
 
 
 #: the ``--max-memory`` cap in force in this process (set in the child that runs the
-#: lint, see :mod:`shapelint.isolate`), bytes; None when there is none
+#: lint, see :mod:`shapelint.app.isolate`), bytes; None when there is none
 _memory_cap: int | None = None
 
 #: what running out of memory reads like, from Python, torch, the C++ runtime, the

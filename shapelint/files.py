@@ -19,6 +19,9 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 
+#: the folder shapelint's own package lives in: its files are never the user's
+PACKAGE_DIR = Path(__file__).resolve().parent
+
 #: the largest file shapelint reads as a target or configuration (the largest real
 #: config.json is well under 1 MiB; a tokenizer.json of 17 MiB is not a target)
 MAX_BYTES = 16 * 2**20

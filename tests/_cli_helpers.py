@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from shapelint import cli
+from shapelint.app import cli
 
 #: nn.Linear(1023, 1024) over 4096 tokens (fake tensors: the size costs nothing) in bf16:
 #: SL101 flags in_features 1023 → 1024. The Linear is built on line 6, which the

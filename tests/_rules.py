@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import ModuleType
 
-from shapelint.hardware import Hardware
+from shapelint.check.rule_api import RuleContext
+from shapelint.hardware.gpu import Hardware
+from shapelint.model.records import Finding, Gemm
 from shapelint.price import Policy, price
-from shapelint.records import Finding, Gemm
-from shapelint.rule_api import RuleContext
 
 
 def run_rule(rule: ModuleType, gemms: Sequence[Gemm], hw: Hardware, ctx: RuleContext | None = None,

@@ -44,7 +44,7 @@ def _collector_skips_earlier_modules() -> Iterator[None]:
 def _one_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Targets are linted in this process (capsys sees what user code prints) unless a
     test asks for --jobs."""
-    monkeypatch.setattr("shapelint.parallel.cores", lambda: 1)
+    monkeypatch.setattr("shapelint.app.parallel.cores", lambda: 1)
 
 
 @pytest.fixture

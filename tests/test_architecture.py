@@ -12,12 +12,12 @@ import torch.nn as nn
 from _cli_helpers import run
 from shapelint.rules import sl201_memory_bound_gemm as sl201
 
-from shapelint.hardware import resolve
-from shapelint.pipeline import trace
+from shapelint.check.rule_api import RuleContext
+from shapelint.hardware.gpu import resolve
+from shapelint.model.records import Change, Proposal, Suggestion
+from shapelint.pipeline.run import trace
 from shapelint.price import Policy, price, price_one
 from shapelint.price.gemm import gemm_time, total_ms
-from shapelint.records import Change, Proposal, Suggestion
-from shapelint.rule_api import RuleContext
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shapelint import cache, cli
+from shapelint.app import cache, cli
 
 LAYERS = "import torch.nn as nn\n\nWIDTH = {width}\n\n\ndef block():\n    return nn.Sequential(nn.Linear(WIDTH, 1024))\n"
 MODEL = """\
@@ -49,7 +49,7 @@ def no_lint(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*args: object, **kwargs: object) -> None:
         raise AssertionError("linted although the cache holds the result")
 
-    monkeypatch.setattr("shapelint.pipeline.lint_target", fail)
+    monkeypatch.setattr("shapelint.pipeline.run.lint_target", fail)
 
 
 def entries(root: Path) -> list[Path]:
@@ -90,7 +90,7 @@ def test_editing_an_imported_file_is_not_served_from_the_cache(project: Path,
 
 @pytest.mark.slow
 def test_a_replay_imports_no_torch(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = ("import sys\nfrom shapelint.cli import main\nrc = main(['--format', 'json', '--statistics'])\n"
+    code = ("import sys\nfrom shapelint.app.cli import main\nrc = main(['--format', 'json', '--statistics'])\n"
             "print('torch' in sys.modules, rc, file=sys.stderr)")
     # the cache's environment covers sys.path: both runs are the same command in a fresh process
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=project)

@@ -11,8 +11,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
-from shapelint.capture import to_precision
-from shapelint.pipeline import trace
+from shapelint.capture.run import to_precision
+from shapelint.pipeline.run import trace
 
 
 def mlp(widths: list[int]) -> nn.Sequential:

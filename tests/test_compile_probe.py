@@ -1,4 +1,4 @@
-"""The compile probe (shapelint.compile_probe): the graphs torch.compile calls in a training
+"""The compile probe (shapelint.load.compile_probe): the graphs torch.compile calls in a training
 step and the ops it runs eagerly between them, counted by running dynamo on real CPU models;
 their extrapolation to a config's depth, and what the step model charges for them."""
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from shapelint import hardware
-from shapelint.compile_probe import (
+from shapelint.hardware import gpu as hardware
+from shapelint.load.compile_probe import (
     GRAPH_RANGE,
     _Counts,
     _cut_depth,
@@ -25,9 +25,9 @@ from shapelint.compile_probe import (
     layer_stacks,
     probe_hf,
 )
-from shapelint.load import load
+from shapelint.load.loaders import load
+from shapelint.model.records import GraphBreaks
 from shapelint.price.step import Step, between_graphs, step_time
-from shapelint.records import GraphBreaks
 
 #: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
 pytestmark = pytest.mark.slow
@@ -270,7 +270,7 @@ def test_gpt2_compiles_to_two_graphs_each_way_at_its_loss_warning(tmp_path) -> N
     # gradient for the logits in the backward wrapper (`zeros`: its `zero_`).
     import io
 
-    from shapelint.api import lint_target
+    from shapelint.app.api import lint_target
     from shapelint.report import text
 
     path = _write(tmp_path, {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 64,

@@ -12,8 +12,7 @@ from _cli_helpers import assert_one_error_line, run, write_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shapelint import load
-from shapelint.config import (
+from shapelint.app.config import (
     Config,
     find_config,
     load_config,
@@ -21,7 +20,8 @@ from shapelint.config import (
     read_config,
 )
 from shapelint.errors import ShapelintError
-from shapelint.records import Finding
+from shapelint.load import loaders as load
+from shapelint.model.records import Finding
 
 SL101_ONLY = ["--select", "SL101"]
 

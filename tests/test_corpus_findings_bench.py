@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from shapelint.hardware import resolve
+from shapelint.hardware.gpu import resolve
 from shapelint.physics.alignment import is_aligned
-from shapelint.pipeline import trace
+from shapelint.pipeline.run import trace
 
 #: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
 pytestmark = pytest.mark.slow

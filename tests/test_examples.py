@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shapelint.cli import main
+from shapelint.app.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOTS = Path(__file__).parent / "snapshots"

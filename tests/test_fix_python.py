@@ -1,4 +1,4 @@
-"""Which literals a Python fix edits (shapelint.fix_python), without linting: the
+"""Which literals a Python fix edits (shapelint.fix.python_edits), without linting: the
 argument followed to the one literal that sets it, companions only where the code
 proves them, and the reason otherwise. Also the JSON scan and the pretrained recipe."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES
 
-from shapelint.fix_files import Doc, NotFixed
-from shapelint.fix_json import int_keys, paths, scan
-from shapelint.fix_pretrained import multiple, recipe
-from shapelint.fix_python import python_spans
+from shapelint.fix.files import Doc, NotFixed
+from shapelint.fix.python_edits import python_spans
+from shapelint.load.json_tokens import int_keys, paths, scan
+from shapelint.locate.pretrained import multiple, recipe
 
 
 def edited(text: str, line: int, parameter: str, value: int, new: int, *, vocab: bool = False) -> str:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from shapelint.cli import main
+from shapelint.app.cli import main
 
 pytest.importorskip("transformers")
 
@@ -68,8 +68,8 @@ def test_tp_shards_columns_and_rows() -> None:
     import torch
     from torch import nn
 
-    from shapelint.pipeline import trace
-    from shapelint.tp import shard
+    from shapelint.capture.tensor_parallel import shard
+    from shapelint.pipeline.run import trace
 
     class Mlp(nn.Module):
         def __init__(self) -> None:

@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from shapelint.capture import capture, to_precision
-from shapelint.cli import main
-from shapelint.graph import graph_gemms, joint_graph
-from shapelint.load import load
+from shapelint.app.cli import main
+from shapelint.capture.graph import graph_gemms, joint_graph
+from shapelint.capture.run import capture, to_precision
+from shapelint.load.loaders import load
 
 #: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
 pytestmark = pytest.mark.slow

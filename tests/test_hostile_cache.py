@@ -18,7 +18,7 @@ import pytest
 from _cli_helpers import run, write_model
 from _hostile import full_snapshot
 
-from shapelint import cache
+from shapelint.app import cache
 
 FINDING = "SL101"
 

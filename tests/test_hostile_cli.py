@@ -15,7 +15,7 @@ from _cli_helpers import LINEAR_LINE, MODEL, run, write_model
 from _hostile import lint
 from test_formats import check_sarif
 
-from shapelint import cli, isolate
+from shapelint.app import cli, isolate
 
 GOOD = MODEL.format(in_features=1023, comment="")
 BUILD = "import torch.nn as nn\n\n\ndef build():\n    return nn.Linear(64, 64)\n"
@@ -152,7 +152,7 @@ def test_a_config_too_deep_to_trace_is_refused(here: Path, capsys: pytest.Captur
     139, no message) while torch freed the autograd graph. Refused before anything is
     built (this test takes a second, not minutes)."""
     pytest.importorskip("transformers")
-    from shapelint.validate import MAX_LAYERS
+    from shapelint.load.validate import MAX_LAYERS
 
     (here / "config.json").write_text(json.dumps(config))
     rc, _, err = lint(["config.json"], here, capsys)
@@ -217,7 +217,7 @@ def test_a_full_disk_is_one_line(here: Path, capsys: pytest.CaptureFixture[str],
         raise OSError(errno.ENOSPC, "No space left on device")
 
     (here / "r.txt").write_text("the old report\n")
-    monkeypatch.setattr("shapelint.outputs._replace_atomically", full)
+    monkeypatch.setattr("shapelint.app.outputs._replace_atomically", full)
     rc, _, err = lint(["model.py", "-o", "r.txt"], here, capsys)
     assert rc == 2 and err == "shapelint: error: --output r.txt: No space left on device\n"
     assert (here / "r.txt").read_text() == "the old report\n"
@@ -255,7 +255,7 @@ def test_a_closed_pipe_ends_quietly_with_the_runs_exit_code(here: Path, capsys: 
 
 RULE = '''\
 """A rule from --rules-dir."""
-from shapelint.rule_api import Example
+from shapelint.check.rule_api import Example
 CODE, NAME, SEVERITY, BAD, GOOD = "SL901", "user-rule", "warning", [], []
 {body}
 '''

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from shapelint.errors import ShapelintError
 from shapelint.files import MAX_BYTES, read_text
-from shapelint.targets import discover, looks_like_target, why_not_target
+from shapelint.load.targets import discover, looks_like_target, why_not_target
 
 GPT2_TINY = {"model_type": "gpt2", "n_layer": 1, "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 64}
 BUILD = "import torch.nn as nn\n\n\ndef build():\n    return nn.Linear(64, 64)\n"

@@ -16,7 +16,7 @@ import pytest
 from _cli_helpers import MODEL, run
 from _hostile import full_snapshot
 
-from shapelint import fix_files
+from shapelint.fix import files as fix_files
 
 #: a one-layer GPT-2 whose vocabulary (32001) SL501 pads to 32008 in bf16
 GPT2 = {"model_type": "gpt2", "n_embd": 256, "n_head": 4, "n_layer": 1, "n_positions": 128, "vocab_size": 32001}
@@ -290,7 +290,7 @@ USER_RULE = '''\
 """A rule from --rules-dir."""
 from dataclasses import replace
 
-from shapelint.records import Change, Proposal, Suggestion
+from shapelint.model.records import Change, Proposal, Suggestion
 
 CODE, NAME, SEVERITY, BAD, GOOD = "SL901", "user-rule", "warning", [], []
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shapelint import isolate
+from shapelint.app import isolate
 from shapelint.errors import ShapelintError
 
 pytestmark = pytest.mark.skipif(not isolate.available(), reason="needs os.fork")
@@ -70,7 +70,7 @@ def test_memory_cap_turns_runaway_memory_into_an_error() -> None:
 
 
 def test_user_code_calling_os_exit_through_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shapelint import cli
+    from shapelint.app import cli
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model.py").write_text("import os\nos._exit(0)\n")

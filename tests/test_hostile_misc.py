@@ -249,7 +249,7 @@ FLOAT64_AT_IMPORT = MODEL.format(in_features=1023, comment="").replace(
 #: torch's defaults as the process has them afterwards
 SCRIPT = """\
 import json, sys, torch
-from shapelint.cli import main
+from shapelint.app.cli import main
 rc = main([*sys.argv[1:], "--no-config", "--no-cache", "--format", "json"])
 context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
 print(json.dumps({"rc": rc, "context": repr(context), "device": str(torch.empty(1).device),
@@ -297,7 +297,7 @@ def test_a_model_on_another_device_is_one_line_and_leaves_torch_as_it_was(here: 
 
 
 def test_the_boundary_restores_the_default_dtype_and_device(here: Path) -> None:
-    from shapelint.usercode import call_user
+    from shapelint.load.usercode import call_user
 
     def changes() -> None:
         torch.set_default_dtype(torch.float64)

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from shapelint.errors import ShapelintError
-from shapelint.outputs import (
+from shapelint.app.outputs import (
     check_output_path,
     graph_paths,
     protected_paths,
     write_file,
 )
+from shapelint.errors import ShapelintError
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def test_missing_folder_is_one_line(tmp_path: Path) -> None:
 
 def test_stdout_guard_on_a_closed_pipe() -> None:
     """Issue 13: ``| head`` gave exit 2 in JSON and a silent exit 1 in text."""
-    code = ("import sys\nfrom shapelint.outputs import stdout_guard\nwith stdout_guard():\n"
+    code = ("import sys\nfrom shapelint.app.outputs import stdout_guard\nwith stdout_guard():\n"
             "    for i in range(200000):\n        sys.stdout.write('line %d\\n' % i)\nsys.exit(1)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None

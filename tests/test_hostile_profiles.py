@@ -15,12 +15,12 @@ from _cli_helpers import assert_one_error_line, run, write_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shapelint.check import builtin_rules, run_rules
+from shapelint.check.rule_api import RuleContext
+from shapelint.check.run import builtin_rules, run_rules
 from shapelint.errors import ShapelintError
-from shapelint.hardware import PROFILE_DIR, Hardware, profile_from_dict
-from shapelint.pipeline import trace
+from shapelint.hardware.gpu import PROFILE_DIR, Hardware, profile_from_dict
+from shapelint.pipeline.run import trace
 from shapelint.price import price, step_estimate
-from shapelint.rule_api import RuleContext
 
 SHIPPED = yaml.safe_load((PROFILE_DIR / "h200.yaml").read_text())
 

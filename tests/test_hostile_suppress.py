@@ -10,8 +10,8 @@ from _hostile import hostile_settings
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shapelint.check import builtin_rules
-from shapelint.suppress import (
+from shapelint.check.run import builtin_rules
+from shapelint.locate.suppress import (
     ALL,
     LineReader,
     codes_on_line,

@@ -14,7 +14,7 @@ from _cli_helpers import MODEL, run
 from _hostile import full_snapshot, lint
 
 from shapelint.errors import ShapelintError, one_line
-from shapelint.usercode import call_user, import_user_file, run_user_rule, user_code
+from shapelint.load.usercode import call_user, import_user_file, run_user_rule, user_code
 
 GOOD_BODY = MODEL.format(in_features=1023, comment="")
 

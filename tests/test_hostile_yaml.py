@@ -14,7 +14,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from shapelint.errors import ShapelintError
-from shapelint.load import load_yaml
+from shapelint.load.loaders import load_yaml
 
 BUILD = """\
 import torch.nn as nn
@@ -187,7 +187,7 @@ def test_random_yaml_targets_keep_the_contract(project: Path, capsys: pytest.Cap
 
 
 def test_allow_list_values_are_checked() -> None:
-    from shapelint.builders import parse_allow_list
+    from shapelint.load.builders import parse_allow_list
 
     assert parse_allow_list(["mypkg.models", "zoo"], "pyproject.toml:3") == ["mypkg.models", "zoo"]
     for bad in ("mypkg", ["my pkg"], [1], ["a..b"], ["shutil:rmtree"], ["shutil"], ["os.path"], ["builtins"]):

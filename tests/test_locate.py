@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from _cli_helpers import run
 
-from shapelint.locate import explain, json_int_keys
+from shapelint.locate.config_keys import explain, json_int_keys
 
 pytest.importorskip("transformers")
 

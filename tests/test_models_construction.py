@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from shapelint.cli import main
-from shapelint.load import REAL_VECTOR_NUMEL, load
+from shapelint.app.cli import main
+from shapelint.load.loaders import REAL_VECTOR_NUMEL, load
 
 #: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
 pytestmark = pytest.mark.slow

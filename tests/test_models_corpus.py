@@ -17,10 +17,10 @@ import torch
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
-from shapelint.capture import capture, to_precision
-from shapelint.cli import main
-from shapelint.load import load, token_count
-from shapelint.records import Gemm
+from shapelint.app.cli import main
+from shapelint.capture.run import capture, to_precision
+from shapelint.load.loaders import load, token_count
+from shapelint.model.records import Gemm
 
 pytest.importorskip("transformers")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from test_models_corpus import traced
 
+from shapelint.capture.tensor_parallel import attention_heads, parallel_style, shard
 from shapelint.errors import ShapelintError
-from shapelint.records import Gemm
-from shapelint.tp import attention_heads, parallel_style, shard
+from shapelint.model.records import Gemm
 
 pytest.importorskip("transformers")
 

@@ -9,13 +9,13 @@ import torch
 import torch.nn as nn
 from shapelint.rules import sl101_misaligned_leading_dim as sl101
 
-from shapelint.hardware import resolve
+from shapelint.check.rule_api import RuleContext
+from shapelint.hardware.gpu import resolve
+from shapelint.model.records import Finding, Operand, Suggestion
 from shapelint.physics.alignment import gemm_alignment, is_aligned, misaligned_leading_dims, operand_alignment
-from shapelint.pipeline import trace
+from shapelint.pipeline.run import trace
 from shapelint.price import Policy, StepModel, _deduplicated, best_after, price
 from shapelint.price.step import Step
-from shapelint.records import Finding, Operand, Suggestion
-from shapelint.rule_api import RuleContext
 
 H100 = resolve("h100")
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from shapelint import parallel
-from shapelint.isolate import available
+from shapelint.app import parallel
+from shapelint.app.isolate import available
 
 pytestmark = pytest.mark.skipif(not available(), reason="worker processes need os.fork")
 

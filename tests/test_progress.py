@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shapelint import progress
+from shapelint.app import progress
 
 
 class Terminal(io.StringIO):

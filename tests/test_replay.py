@@ -1,4 +1,4 @@
-"""Replay of repeated identical layers (shapelint.replay): the records of a capture
+"""Replay of repeated identical layers (shapelint.capture.replay): the records of a capture
 with replay are exactly those of a full trace (every Gemm field, every Op after
 numbering tensors in order of first appearance, the parameters), on models where
 replay copies layers and on models where it must decline or trace again."""
@@ -14,9 +14,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from shapelint import replay
-from shapelint.capture import Capture, Op, capture, to_precision
-from shapelint.load import fake_construction
+from shapelint.capture import replay
+from shapelint.capture.run import Capture, Op, capture, to_precision
+from shapelint.load.loaders import fake_construction
 
 #: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
 pytestmark = pytest.mark.slow

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from shapelint.check import builtin_rules
-from shapelint.examples_runner import run_example
+from shapelint.check.run import builtin_rules
+from shapelint.pipeline.examples import run_example
 
 CASES = [(rule, kind, i) for rule in builtin_rules() for kind in ("bad", "good")
          for i in range(len(getattr(rule, kind)))]

@@ -7,9 +7,9 @@ from _rules import run_rule
 from shapelint.rules import sl102_no_tensor_cores as sl102
 from torch import nn
 
-from shapelint.hardware import resolve
-from shapelint.pipeline import trace
-from shapelint.rule_api import RuleContext
+from shapelint.check.rule_api import RuleContext
+from shapelint.hardware.gpu import resolve
+from shapelint.pipeline.run import trace
 
 
 def findings(build, gpu: str, dtype: str):

@@ -8,11 +8,11 @@ from _rules import run_rule
 from shapelint.rules import sl201_memory_bound_gemm as sl201
 from torch import nn
 
-from shapelint.hardware import resolve
+from shapelint.check.rule_api import RuleContext
+from shapelint.hardware.gpu import resolve
 from shapelint.physics.reshape import resize
-from shapelint.pipeline import trace
+from shapelint.pipeline.run import trace
 from shapelint.price.gemm import total_ms
-from shapelint.rule_api import RuleContext
 
 
 def run(build, gpu: str = "h100", dtype: str = "bf16", training: bool = True):

@@ -9,12 +9,12 @@ from _rules import run_rule
 from shapelint.rules import sl202_tile_quantization as sl202
 from torch import nn
 
-from shapelint.hardware import resolve
+from shapelint.check.rule_api import RuleContext
+from shapelint.hardware.gpu import resolve
 from shapelint.physics.quantization import quantization
-from shapelint.pipeline import trace, vocab_sizes
+from shapelint.pipeline.run import trace, vocab_sizes
 from shapelint.price import Policy
 from shapelint.price.gemm import gemm_time, total_ms
-from shapelint.rule_api import RuleContext
 
 
 def run(build, gpu: str = "h100", dtype: str = "bf16", policy: Policy = Policy(), **ctx):

@@ -9,12 +9,12 @@ from _rules import run_rule
 from shapelint.rules import sl203_wave_quantization as sl203
 from torch import nn
 
-from shapelint.hardware import resolve
+from shapelint.check.rule_api import RuleContext
+from shapelint.hardware.gpu import resolve
 from shapelint.physics.quantization import Quantization, quantization
 from shapelint.physics.reshape import resize
-from shapelint.pipeline import trace
+from shapelint.pipeline.run import trace
 from shapelint.price import Policy
-from shapelint.rule_api import RuleContext
 
 
 def run(n_in: int, n_out: int, tokens: int, gpu: str, dtype: str = "bf16", policy: Policy = Policy()):
@@ -79,7 +79,7 @@ def test_threshold_is_the_policy_min_loss() -> None:
 def test_reported_whatever_other_rules_are_selected() -> None:
     """Issue 8, defect 4: SL203 ran SL202 to skip its sizes, so `--select SL203` (or
     `--ignore SL202`) reported nothing on Linear(4096, 464), V100, fp16, 2048 tokens."""
-    from shapelint.check import builtin_rules, run_rules, select_rules
+    from shapelint.check.run import builtin_rules, run_rules, select_rules
     from shapelint.price import price
 
     cap, _ = trace(lambda: (nn.Linear(4096, 464), torch.randn(2048, 4096)), precision="fp16")

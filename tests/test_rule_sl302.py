@@ -7,12 +7,12 @@ from _rules import run_rule
 from shapelint.rules import sl302_materialized_attention as sl302
 from torch import nn
 
-from shapelint.hardware import resolve
+from shapelint.check.rule_api import RuleContext
+from shapelint.hardware.gpu import resolve
+from shapelint.model.records import Work
 from shapelint.physics.attention import softmax_traffic_bytes
-from shapelint.pipeline import trace
+from shapelint.pipeline.run import trace
 from shapelint.price.gemm import total_ms, work_ms
-from shapelint.records import Work
-from shapelint.rule_api import RuleContext
 
 H100 = resolve("h100")
 

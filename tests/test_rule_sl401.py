@@ -11,11 +11,11 @@ from _rules import run_rule
 from shapelint.rules import sl401_conv_channels as sl401
 from torch import nn
 
-from shapelint.examples_runner import run_example
-from shapelint.hardware import resolve
-from shapelint.pipeline import trace
+from shapelint.check.rule_api import Rule, RuleContext
+from shapelint.hardware.gpu import resolve
+from shapelint.pipeline.examples import run_example
+from shapelint.pipeline.run import trace
 from shapelint.price import Policy
-from shapelint.rule_api import Rule, RuleContext
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

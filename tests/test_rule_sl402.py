@@ -9,11 +9,11 @@ from _rules import run_rule
 from shapelint.rules import sl402_conv_channels_last as sl402
 from torch import nn
 
-from shapelint.examples_runner import run_example
-from shapelint.hardware import resolve
-from shapelint.pipeline import trace
+from shapelint.check.rule_api import Rule, RuleContext
+from shapelint.hardware.gpu import resolve
+from shapelint.pipeline.examples import run_example
+from shapelint.pipeline.run import trace
 from shapelint.price.gemm import total_ms
-from shapelint.rule_api import Rule, RuleContext
 
 H100 = resolve("h100")
 

@@ -14,11 +14,12 @@ from _rules import run_rule
 from shapelint.rules import sl301_attention_head_dim as sl301
 from torch import nn
 
-from shapelint import hardware
-from shapelint.capture import AUTOCAST_PRECISIONS, Capture, capture, compile_builds_mask, to_precision
-from shapelint.load import load
+from shapelint.capture.run import AUTOCAST_PRECISIONS, Capture, capture, compile_builds_mask, to_precision
+from shapelint.hardware import gpu as hardware
+from shapelint.load.loaders import load
+from shapelint.model.records import Op, Slice
 from shapelint.physics.attention import AttentionCall, compiled_call, gpu_kernel, math_kernel
-from shapelint.pipeline import trace
+from shapelint.pipeline.run import trace
 from shapelint.price import StepModel, _inductor_note, best_after
 from shapelint.price.gemm import gemm_ms, work_ms
 from shapelint.price.step import (
@@ -35,7 +36,6 @@ from shapelint.price.step import (
     slice_ms,
     step_time,
 )
-from shapelint.records import Op, Slice
 from tests._cli_helpers import run
 
 H100 = hardware.resolve("h100")
@@ -186,7 +186,7 @@ def test_host_time_is_per_kernel_plus_per_parameter_tensor() -> None:
 
 
 def test_calibrate_scales_the_host_costs_by_the_measured_speed() -> None:
-    from shapelint.calibrate import host_table
+    from shapelint.measure.calibrate import host_table
 
     table = host_table(H100, 0.8, 1.25)
     assert table == {"host_us_per_kernel": 27.2, "host_us_per_tensor": 36.8,
@@ -272,7 +272,7 @@ class _Head(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.head(x)
         if self.loss_break:
-            from shapelint.capture import note_graph_break
+            from shapelint.capture.run import note_graph_break
 
             note_graph_break()
         return nn.functional.cross_entropy(logits.float(), torch.zeros(x.shape[0], dtype=torch.long))

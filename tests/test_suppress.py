@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from _cli_helpers import LINEAR_LINE, run, snapshot, write_model
 
-from shapelint.records import Finding, Source
-from shapelint.suppress import ALL, LineReader, apply, codes_on_line
+from shapelint.locate.suppress import ALL, LineReader, apply, codes_on_line
+from shapelint.model.records import Finding, Source
 
 ARGS = ["--no-config", "--select", "SL101"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shapelint.cli import main
+from shapelint.app.cli import main
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

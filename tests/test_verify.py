@@ -7,12 +7,12 @@ import pytest
 import torch
 from torch import nn
 
-from shapelint.check import builtin_rules, run_rules
-from shapelint.hardware import resolve
-from shapelint.pipeline import trace, vocab_sizes
+from shapelint.check.rule_api import RuleContext
+from shapelint.check.run import builtin_rules, run_rules
+from shapelint.hardware.gpu import resolve
+from shapelint.measure.verify import Timing, check_finding, confirmed, materialize, verify
+from shapelint.pipeline.run import trace, vocab_sizes
 from shapelint.price import price
-from shapelint.rule_api import RuleContext
-from shapelint.verify import Timing, check_finding, confirmed, materialize, verify
 
 
 def lm_head_findings(batch: int = 8, seq: int = 1024):
@@ -101,7 +101,7 @@ def test_materialize_reproduces_recorded_layouts() -> None:
 
 
 def test_sdpa_kernels_are_timed_once_per_kernel() -> None:
-    from shapelint.verify import _kernel_key
+    from shapelint.measure.verify import _kernel_key
 
     class Attn(nn.Module):
         def forward(self, q, k, v):
@@ -138,8 +138,8 @@ def test_a_fusion_is_timed_as_a_whole_block() -> None:
 def test_calibrate_fit_makes_a_loadable_profile_from_measurements() -> None:
     from dataclasses import replace as dc_replace
 
-    from shapelint.calibrate import WAVE_K, WAVE_M, WAVE_NS, _gemm, closest_base, fit
-    from shapelint.hardware import profile_from_dict
+    from shapelint.hardware.gpu import profile_from_dict
+    from shapelint.measure.calibrate import WAVE_K, WAVE_M, WAVE_NS, _gemm, closest_base, fit
     from shapelint.price.gemm import gemm_time
 
     base = closest_base("NVIDIA H200")
@@ -172,9 +172,9 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 @cuda
 def test_calibrate_measures_the_step_table_on_a_gpu() -> None:
     """On a real GPU: every step key measured, each within physical bounds."""
-    from shapelint.calibrate import measure_step
-    from shapelint.hardware import STEP_KEYS, resolve
-    from shapelint.verify import cuda_timer
+    from shapelint.hardware.gpu import STEP_KEYS, resolve
+    from shapelint.measure.calibrate import measure_step
+    from shapelint.measure.verify import cuda_timer
 
     h100 = resolve("h100")
     step = measure_step(cuda_timer(), h100, compile=False, log=lambda _: None)
@@ -204,7 +204,7 @@ def test_verify_measures_the_lm_head_on_a_gpu() -> None:
 @cuda
 def test_materialized_layouts_run_through_cublas_on_a_gpu() -> None:
     gemms, _, _ = lm_head_findings()
-    from shapelint.verify import gpu_runner
+    from shapelint.measure.verify import gpu_runner
 
     run = gpu_runner()
     for g in gemms:

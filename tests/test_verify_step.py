@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from shapelint import verify_step as vs
-from shapelint.check import builtin_rules
-from shapelint.hardware import resolve
-from shapelint.pipeline import Options, Result, lint_target
+from shapelint.check.run import builtin_rules
+from shapelint.hardware.gpu import resolve
+from shapelint.measure import step as vs
+from shapelint.pipeline.run import Options, Result, lint_target
 from shapelint.price import Policy
 
 # A GPT-2 with a vocabulary of 5001 (SL501: pad to 5004 in tf32), small enough to train
@@ -341,7 +341,7 @@ def test_without_an_applicable_suggestion_the_step_is_timed_alone(folders: dict[
 
 
 def test_step_without_verify_is_a_one_line_error(folders: dict[str, Path], capsys: pytest.CaptureFixture) -> None:
-    from shapelint import cli
+    from shapelint.app import cli
 
     assert cli.main([str(folders["py"] / "model.py"), "--step", "--no-isolate"]) == 2
     err = capsys.readouterr().err
@@ -350,7 +350,7 @@ def test_step_without_verify_is_a_one_line_error(folders: dict[str, Path], capsy
 
 def test_verify_step_without_cuda_is_the_verify_error(folders: dict[str, Path], capsys: pytest.CaptureFixture,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from shapelint import cli
+    from shapelint.app import cli
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert cli.main([str(folders["py"] / "model.py"), "--verify", "--step", "--no-isolate", "--dtype", "tf32"]) == 2

@@ -7,8 +7,8 @@ token count) does not matter. The one definition of that rule.
 
 from __future__ import annotations
 
-from shapelint.hardware import Hardware
-from shapelint.records import Gemm, Operand
+from shapelint.hardware.gpu import Hardware
+from shapelint.model.records import Gemm, Operand
 
 
 def aligned_bytes(value_elems: int, dtype_bytes: int, cap: int = 16) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from shapelint.records import ATTN_ROLES, Gemm, Operand, Role, Work
+from shapelint.model.records import ATTN_ROLES, Gemm, Operand, Role, Work
 
 #: largest head dimension PyTorch's flash / cuDNN attention kernels take (bf16/fp16)
 MAX_FUSED_HEAD_DIM = 256
@@ -66,7 +66,7 @@ EFFICIENT_ALIGN_BYTES = 16
 @dataclass(frozen=True)
 class AttentionCall:
     """What PyTorch's CUDA dispatcher reads off one SDPA call to pick its kernel
-    (``shapelint.capture`` reads it off the tensors)."""
+    (``shapelint.capture.run`` reads it off the tensors)."""
 
     d_qk: int
     d_v: int

@@ -1,7 +1,7 @@
 """Convolutions: one call's geometry, its implicit GEMMs (forward, grad-input,
 grad-weight) and how they change with other channel counts.
 
-The GEMM table itself lives in ``shapelint.gemm_shapes`` (the capture builds the
+The GEMM table itself lives in ``shapelint.physics.gemm_shapes`` (the capture builds the
 records with it); :func:`rebuild` runs the same functions on stand-in activations
 with the new channel counts, so the two can never disagree.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from math import prod
 from typing import cast
 
-from shapelint.gemm_shapes import GemmShape, _dgrad_gemm, _fwd_gemm, _wgrad_gemm
-from shapelint.records import Gemm
+from shapelint.model.records import Gemm
+from shapelint.physics.gemm_shapes import GemmShape, _dgrad_gemm, _fwd_gemm, _wgrad_gemm
 
 #: a stem's input channels (RGB images...) up to this many are left alone: cuDNN has
 #: kernels for 3- and 4-channel inputs, and padding the image buys little

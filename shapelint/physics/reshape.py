@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from math import gcd
 
-from shapelint.hardware import ceil_div
-from shapelint.records import Dim, Gemm, Operand
+from shapelint.hardware.gpu import ceil_div
+from shapelint.model.records import Dim, Gemm, Operand
 
 
 def _resize_operand(op: Operand, old: int, new: int) -> Operand:

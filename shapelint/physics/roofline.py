@@ -7,8 +7,8 @@ it (``Hardware.ops_per_byte``).
 
 from __future__ import annotations
 
-from shapelint.hardware import Hardware
-from shapelint.records import Gemm
+from shapelint.hardware.gpu import Hardware
+from shapelint.model.records import Gemm
 
 
 def ridge(g: Gemm, hw: Hardware) -> float:

@@ -36,11 +36,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from shapelint.hardware import Hardware
-from shapelint.physics.reshape import candidates, smaller
-from shapelint.price.gemm import gemm_ms, work_ms
-from shapelint.price.step import Mode, Step, StepTime, inductor_laid_out, pad_mm_padded, side_ms, step_time
-from shapelint.records import (
+from shapelint.hardware.gpu import Hardware
+from shapelint.model.records import (
     Alternative,
     Change,
     Finding,
@@ -50,6 +47,9 @@ from shapelint.records import (
     SizeSearch,
     Work,
 )
+from shapelint.physics.reshape import candidates, smaller
+from shapelint.price.gemm import gemm_ms, work_ms
+from shapelint.price.step import Mode, Step, StepTime, inductor_laid_out, pad_mm_padded, side_ms, step_time
 
 #: a candidate size within this fraction of the best time counts as reaching it
 NEAR_BEST = 0.01

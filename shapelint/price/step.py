@@ -21,7 +21,7 @@ and its ``step`` table):
                       (training); the CPU issuing the step (compile_host_* under
                       torch.compile, where the per-tensor part dominates: ``host_costs``)
     graph breaks      under torch.compile, where dynamo splits the step into more graphs
-                      (``shapelint.compile_probe`` runs the model to find them): the ops
+                      (``shapelint.load.compile_probe`` runs the model to find them): the ops
                       between the graphs eager, and compile_host_us_per_graph of host
                       time per graph beyond one forward and one backward graph
     step              max(GPU time, host time); in eager mode, where the host reads a
@@ -63,11 +63,11 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
 
-from shapelint.hardware import Hardware
+from shapelint.hardware.gpu import Hardware
+from shapelint.model.records import Gemm, GraphBreaks, Op, Operand, Slice
 from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, head_dim, math_kernel
 from shapelint.physics.reshape import set_dim
 from shapelint.price.gemm import CAUSAL_WORK, gemm_ms, work_ms
-from shapelint.records import Gemm, GraphBreaks, Op, Operand, Slice
 
 Mode = Literal["eager", "compile"]
 MODES: tuple[Mode, ...] = ("eager", "compile")
@@ -137,12 +137,12 @@ class Step:
     params: Sequence[tuple[int, int]]
     training: bool = True
     #: positions in ``ops`` before which an eager step's host reads a value from the GPU
-    #: (``shapelint.capture.note_host_sync``), waiting for every kernel issued before
+    #: (``shapelint.capture.run.note_host_sync``), waiting for every kernel issued before
     syncs: tuple[int, ...] = ()
-    #: positions in ``ops`` where torch.compile's graph breaks (``shapelint.capture.note_graph_break``)
+    #: positions in ``ops`` where torch.compile's graph breaks (``shapelint.capture.run.note_graph_break``)
     breaks: tuple[int, ...] = ()
     #: the graphs torch.compile calls and the ops it runs eagerly between them, where
-    #: probed (``shapelint.compile_probe``); None: one forward and one backward graph
+    #: probed (``shapelint.load.compile_probe``); None: one forward and one backward graph
     graphs: GraphBreaks | None = None
 
     @cached_property

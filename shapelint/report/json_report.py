@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shapelint import __version__
-from shapelint.pipeline import Result, TargetError
+from shapelint.pipeline.run import Result, TargetError
 
 
 def summary(r: Result) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def _step(r: Result) -> dict[str, Any]:
 
 
 def _graphs(r: Result) -> dict[str, Any] | None:
-    """What ``shapelint.compile_probe`` found (None: not probed, priced as one graph)."""
+    """What ``shapelint.load.compile_probe`` found (None: not probed, priced as one graph)."""
     graphs = r.step_model.step.graphs if r.step_model is not None else None
     if graphs is None:
         return None

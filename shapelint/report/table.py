@@ -10,8 +10,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from shapelint.pipeline import Result
-from shapelint.records import Finding
+from shapelint.model.records import Finding
+from shapelint.pipeline.run import Result
 from shapelint.report.text import SEVERITY_STYLE, gemm_count_line, step_line
 
 #: the table's columns, in order

@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from shapelint.pipeline import Result
+from shapelint.model.records import Finding
+from shapelint.pipeline.run import Result
 from shapelint.price.gemm import gemm_time
-from shapelint.records import Finding
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -51,7 +51,7 @@ def step_line(r: Result) -> str:
 
 def graphs_line(r: Result) -> str | None:
     """Under ``--compile``, where dynamo splits the step into more graphs than one
-    forward and one backward (``shapelint.compile_probe``), what that costs."""
+    forward and one backward (``shapelint.load.compile_probe``), what that costs."""
     graphs = r.step_model.step.graphs if r.step_model is not None and r.step_model.mode == "compile" else None
     training = r.training
     if graphs is None or (graphs.extra_graphs(training) == 0 and graphs.forward_graphs > 0):
@@ -71,7 +71,7 @@ def gemm_line(r: Result) -> str:
 
 
 def config_context(f: Finding) -> list[str]:
-    """For a finding located in a config (``shapelint.locate``): the keys that give
+    """For a finding located in a config (``shapelint.locate.config_keys``): the keys that give
     the size when it is derived, or why no key does, and the library line of the layer."""
     out = []
     keys = f.fact("config_keys")
@@ -183,7 +183,7 @@ def render(results: Sequence[Result], out: IO[str], *, verbose: bool = False, co
             console.print(f"  {graphs}", style="dim", highlight=False)
         console.print(f"  {gemm_line(r)}", style="dim", highlight=False)
         if r.step_verification is not None:
-            from shapelint.verify_step import report_lines
+            from shapelint.measure.step import report_lines
 
             for line in report_lines(r.step_verification):
                 console.print(f"  {line}", highlight=False)

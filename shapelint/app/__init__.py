@@ -1,0 +1,1 @@
+"""The application: command line, Python API, configuration, cache, workers, isolation, outputs."""

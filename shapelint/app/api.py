@@ -1,0 +1,199 @@
+"""The Python API: lint a model you already hold, or a target file, and get a typed
+``Report`` (GEMM records, findings, step estimate) that prints as a table in a
+terminal (rich) and in a Jupyter cell (HTML).
+
+>>> import torch, shapelint
+>>> report = shapelint.lint(torch.nn.Linear(1023, 4096), torch.randn(8192, 1023))
+>>> [(f.code, str(f.suggestion)) for f in report.findings]
+[('SL101', 'in_features: 1023 → 1024')]
+
+``lint`` never touches the user's model: it traces a copy whose parameters and
+buffers are fake tensors of the same shapes, dtypes and strides (built from meta
+tensors, so a model on a GPU, on the CPU or on the meta device costs no memory), and
+the copy is what ``capture`` puts in training mode and casts to the compute dtype.
+
+``lint`` and ``lint_target`` may be called from several threads; they run one at a
+time, under the process-wide lock of the user-code boundary
+(:data:`shapelint.load.usercode.LOCK`): torch's fake-tensor tracing is not thread-safe, and
+the boundary swaps process-wide state (``sys.stdout``/``sys.stderr``, fd 1,
+``sys.path``) that two lints restoring in turn left captured. A call waits for the
+one before it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Group
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.utils._pytree import tree_map
+
+from shapelint.capture.run import RecordingFakeMode
+from shapelint.check.run import load_rules, select_rules
+from shapelint.errors import ShapelintError
+from shapelint.hardware import gpu as hardware
+from shapelint.hardware.gpu import Hardware
+from shapelint.load.loaders import Loaded, target_kind
+from shapelint.load.usercode import LOCK
+from shapelint.locate import suppress
+from shapelint.model.records import Finding, Gemm
+from shapelint.pipeline import settings
+from shapelint.pipeline.run import Options, Result, lint_loaded
+from shapelint.pipeline.run import lint_target as _lint_path
+from shapelint.price import StepEstimate
+from shapelint.price.step import StepTime
+
+
+@dataclass(frozen=True)
+class Report:
+    """What shapelint found in one model: its GEMMs, the findings (suppressed ones
+    left out), the estimated training step before and after every suggestion
+    (``step_time``, ``step_time_after``) and the GEMMs' share of it (``step``).
+    ``result`` is the whole pipeline result the command-line reporters render."""
+
+    result: Result
+
+    @property
+    def target(self) -> str:
+        return self.result.target
+
+    @property
+    def gemms(self) -> tuple[Gemm, ...]:
+        return tuple(self.result.capture.gemms)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for f in self.result.findings if not f.suppressed]
+
+    @property
+    def step(self) -> StepEstimate:
+        """The GEMMs alone, before and after every suggestion (not the step)."""
+        return self.result.step
+
+    @property
+    def step_time(self) -> StepTime | None:
+        """The whole training step (est.): GEMMs, memory-bound kernels, optimizer, launches."""
+        return self.result.step_time
+
+    @property
+    def step_time_after(self) -> StepTime | None:
+        return self.result.step_time_after
+
+    @property
+    def hardware(self) -> Hardware:
+        return self.result.hardware
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--format json`` document (``gemms``, ``findings``, ``summary``, ``targets``)."""
+        from shapelint.report import json_report
+
+        return json_report.document([self.result])
+
+    def __rich__(self) -> Group:
+        from shapelint.report import table
+
+        return table.rich_table(self.result)
+
+    def _repr_html_(self) -> str:
+        from shapelint.report import table
+
+        return table.html(self.result)
+
+    def __repr__(self) -> str:
+        n = len(self.findings)
+        from shapelint.report.text import step_line
+
+        return f"<shapelint.Report {self.target}: {n} finding{'s' if n != 1 else ''}, {len(self.gemms)} GEMMs, " \
+               f"{step_line(self.result)}>"
+
+
+def lint(model: torch.nn.Module, example_inputs: Any, *, gpu: str | None = None, dtype: str | None = None,
+         training: bool = True, compile: bool | None = None, optimizer: str | None = None, tp: int | None = None,
+         select: Sequence[str] = (), ignore: Sequence[str] = ()) -> Report:
+    """Lint ``model`` on ``example_inputs`` (a tensor, a tuple of tensors or a dict of
+    keyword arguments), on any device or on meta: nothing is allocated and nothing of
+    ``model`` or the inputs is changed. ``gpu`` a profile name (default: the local
+    CUDA GPU, else h100); ``dtype`` bf16 (default), fp16, fp32 or tf32; the other
+    settings as the command line's (``shapelint --help``)."""
+    if not isinstance(model, torch.nn.Module):
+        raise ShapelintError(f"lint(): model must be a torch.nn.Module, got {type(model).__name__}")
+    opts = _options(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp)
+    with LOCK:  # one lint at a time (see the module docstring)
+        mode = RecordingFakeMode()
+        loaded = Loaded(f"<{type(model).__name__}>", "python", fake_copy(model, mode),
+                        tree_map(lambda x: _fake(x, mode) if isinstance(x, torch.Tensor) else x, example_inputs), mode)
+        return Report(lint_loaded(loaded, opts, _gpu(gpu), _rules(select, ignore)))
+
+
+def lint_target(path: str | Path, *, gpu: str | None = None, dtype: str | None = None, training: bool | None = None,
+                compile: bool | None = None, optimizer: str | None = None, batch: int | None = None,
+                seq: int | None = None, tp: int | None = None, select: Sequence[str] = (),
+                ignore: Sequence[str] = ()) -> Report:
+    """Lint one target as the command line does (a model.py defining
+    ``shapelint_model()``, a Hugging Face config.json or a directory holding one, a
+    shapelint YAML), with its ``# shapelint: ignore`` comments; configuration files are
+    not read (pass the settings)."""
+    path = Path(path)
+    target_kind(path)  # a clear error for what is not a target
+    opts = _options(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp, batch=batch, seq=seq)
+    with LOCK:  # one lint at a time (see the module docstring)
+        r = _lint_path(path, opts, _gpu(gpu) if gpu is not None else None, _rules(select, ignore))
+    from shapelint.pipeline.run import with_findings
+
+    return Report(with_findings(r, suppress.apply(r.findings)))
+
+
+def fake_copy(model: torch.nn.Module, mode: FakeTensorMode) -> torch.nn.Module:
+    """A copy of ``model`` whose parameters, buffers and tensor attributes are fake
+    tensors of ``mode`` (same shapes, dtypes, strides; on the CPU): the deep copy is
+    told their copies beforehand, so no tensor data is read or allocated. Tied
+    parameters stay tied; the copy of a ``torch.compile`` wrapper is its model's."""
+    model = getattr(model, "_orig_mod", model)
+    memo: dict[int, Any] = {}
+    for mod in model.modules():
+        for p in mod._parameters.values():
+            if p is not None and id(p) not in memo:
+                memo[id(p)] = torch.nn.Parameter(_fake(p, mode), requires_grad=p.requires_grad)
+        tensors = [*mod._buffers.values(), *(v for v in vars(mod).values() if isinstance(v, torch.Tensor))]
+        for t in tensors:
+            if t is not None and id(t) not in memo:
+                memo[id(t)] = _fake(t, mode)
+    try:
+        return copy.deepcopy(model, memo)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be copied
+        raise ShapelintError(f"lint(): cannot copy {type(model).__name__} to trace it on fake tensors: "
+                             f"{type(exc).__name__}: {exc}") from exc
+
+
+def _fake(t: torch.Tensor, mode: FakeTensorMode) -> torch.Tensor:
+    meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    fake = FakeTensor(mode, meta, torch.device("cpu"))
+    return fake.requires_grad_(t.requires_grad) if t.is_floating_point() and t.requires_grad else fake
+
+
+def _options(**given: Any) -> Options:
+    """Options from keyword arguments, each validated as its setting is in a configuration file."""
+    checks = {"dtype": "dtype", "compile": "compile", "optimizer": "optimizer", "tp": "tp", "batch": "batch",
+              "seq": "seq"}
+    for name, key in checks.items():
+        if given.get(name) is not None:
+            settings.validate(settings.BY_KEY[key], given[name], f"{name}=")
+    if given.get("training") is not None and not isinstance(given["training"], bool):
+        raise ShapelintError(f"training=: expected True or False, got {settings.describe(given['training'])}")
+    return Options(**given)
+
+
+def _gpu(name: str | None) -> Hardware:
+    return hardware.resolve(name) if name is not None else hardware.default_gpu()
+
+
+def _rules(select: Sequence[str], ignore: Sequence[str]) -> list[Any]:
+    return select_rules(load_rules(), list(select), list(ignore))
+
+
+__all__ = ["Report", "fake_copy", "lint", "lint_target"]

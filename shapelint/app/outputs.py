@@ -1,0 +1,197 @@
+"""Where shapelint writes, and how: never over a file it reads, one graph per target,
+whole files or nothing, and a closed pipe or a full disk as one line (or silence).
+
+- :func:`check_output_path`: ``-o``, ``--dump-graph`` and ``--plot`` may not resolve to
+  a target, a YAML's builder file, the configuration file or a ``--rules-dir`` module
+  (``--dump-graph model.py`` once replaced the model with its graph);
+- :func:`protected_paths`: those files, from the targets and the configuration;
+- :func:`graph_paths`: ``--dump-graph FILE`` with several targets writes
+  ``FILE-1-<target>.py``, ``FILE-2-<target>.py``... (one each; the last no longer wins);
+- :func:`check_distinct`: two outputs of one run (``--plot r.svg -o r.svg``) are refused;
+- :func:`write_file`: a regular file is written to a temporary file beside it and
+  renamed over it (a failed write leaves the old file whole; a symbolic link stays a
+  link, and the file it points at is replaced); a FIFO, a device or a socket is
+  refused with one line (a FIFO with no reader would hang the run); every OSError is
+  a one-line ShapelintError naming the flag;
+- :func:`stdout_guard`: a reader that closes the pipe early (``shapelint ... | head``)
+  ends the output quietly, with the run's own exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from shapelint.errors import ShapelintError
+from shapelint.load.targets import YAML_SUFFIXES
+
+
+def check_file_name(path: str, flag: str) -> None:
+    """An empty (or blank) file name is an error, never "not given" (``-o ''`` wrote to stdout)."""
+    if not path.strip():
+        raise ShapelintError(f"{flag}: the file name is empty")
+
+
+def check_output_path(path: str, protected: Iterable[Path], flag: str = "--output") -> None:
+    """Refuse an output path that is empty, a folder, a FIFO, a device or a socket, or
+    one of the files shapelint reads (also through a symbolic link)."""
+    check_file_name(path, flag)
+    out = Path(path)
+    if out.is_dir():
+        raise ShapelintError(f"{flag} {path}: is a directory")
+    _refuse_special(out, flag)
+    for p in protected:
+        if _same_file(out, p):
+            raise ShapelintError(f"{flag} {path}: is {p}, which shapelint reads; refusing to overwrite it")
+
+
+def check_distinct(outputs: Sequence[tuple[str, str]]) -> None:
+    """Two outputs of one run (``(flag, path)`` each) may not be one file."""
+    for i, (flag, path) in enumerate(outputs):
+        for other_flag, other in outputs[:i]:
+            if _same_file(Path(path), Path(other)):
+                raise ShapelintError(f"{flag} {path}: is also {other_flag}'s file; give each output its own file")
+
+
+def protected_paths(targets: Iterable[Path], config_file: str | None = None,
+                    rules_dirs: Sequence[str] = ()) -> list[Path]:
+    """The files a run reads: its targets, the builder files their YAML names (read,
+    never imported, here), the configuration file and the ``--rules-dir`` modules."""
+    out: list[Path] = []
+    for target in targets:
+        out.append(target)
+        if target.suffix.lower() in YAML_SUFFIXES:
+            out.extend(_yaml_builder_file(target))
+    if config_file:
+        out.append(Path(config_file))
+    for folder in rules_dirs:
+        out.extend(sorted(Path(folder).glob("*.py")))
+    return out
+
+
+def graph_paths(base: str, targets: Sequence[Path]) -> list[Path]:
+    """One ``--dump-graph`` file per target: ``base`` itself for one target, else
+    ``<stem>-<n>-<target stem><suffix>`` beside ``base`` (n from 1: unique even when two
+    targets share a name)."""
+    out = Path(base)
+    if len(targets) <= 1:
+        return [out]
+    return [out.with_name(f"{out.stem}-{i}-{_stem(t)}{out.suffix}") for i, t in enumerate(targets, start=1)]
+
+
+def write_file(path: str, text: str, flag: str = "--output") -> None:
+    """Write ``text`` to ``path`` whole (a symbolic link: to the file it points at,
+    which stays a link), or raise one ShapelintError line; a FIFO, a device or a
+    socket is refused (a FIFO with no reader would block the run)."""
+    target = Path(os.path.realpath(path))
+    _refuse_special(target, flag, shown=path)
+    try:
+        _replace_atomically(target, text)
+    except OSError as exc:
+        raise ShapelintError(f"{flag} {path}: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def stdout_guard() -> Iterator[None]:
+    """Run the body that writes the report to stdout; when the reader has gone
+    (BrokenPipeError), stop writing quietly and point fd 1 at /dev/null so that the
+    interpreter's final flush does not fail again."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_gone()
+
+
+def reader_gone() -> None:
+    """The reader of stdout has gone: point fd 1 at /dev/null, so that later writes
+    and the interpreter's final flush go nowhere instead of failing again (the run's
+    exit code stays the lint's)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        return False
+    return a.resolve() == b.resolve()
+
+
+def _refuse_special(path: Path, flag: str, shown: str | None = None) -> None:
+    """An existing path that is not a regular file or a folder (a device, a FIFO, a
+    socket) is no place for a report."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    stdout = " (leave out --output to write to stdout)" if flag == "--output" else ""
+    raise ShapelintError(f"{flag} {shown or path}: is {kind}; shapelint writes regular files only{stdout}")
+
+
+def _replace_atomically(path: Path, text: str) -> None:
+    folder = path.resolve().parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        with contextlib.suppress(OSError):
+            os.chmod(tmp, _mode_for(path))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _mode_for(path: Path) -> int:
+    """An existing file keeps its mode; a new one gets what open() would give it."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _yaml_builder_file(target: Path) -> list[Path]:
+    """The ``file.py`` a YAML target's ``model: file.py:function`` names, if any."""
+    from shapelint.files import parse_yaml, read_text
+
+    try:
+        doc = parse_yaml(read_text(target), str(target))
+    except ShapelintError:
+        return []
+    spec = doc.get("model") if isinstance(doc, dict) else None
+    if not isinstance(spec, str):
+        return []
+    place = spec.rpartition(":")[0]
+    if not place.endswith(".py"):
+        return []
+    return [Path(place) if os.path.isabs(place) else target.parent / place]
+
+
+def _stem(target: Path) -> str:
+    name = target.parent.name if target.name == "config.json" and target.parent.name else target.stem
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+__all__ = ["check_distinct", "check_file_name", "check_output_path", "graph_paths", "protected_paths", "reader_gone",
+           "stdout_guard", "write_file"]

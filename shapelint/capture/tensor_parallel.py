@@ -1,0 +1,176 @@
+"""Tensor parallelism (``--tp N``): the GEMMs each GPU runs when Megatron-style
+column/row-parallel linear layers, attention heads and experts are split N ways.
+
+A column-parallel layer (QKV, MLP up/gate, LM head) keeps every input and splits
+``out_features``; a row-parallel one (attention output, MLP down) splits
+``in_features``. Which is which is read off the module's name, as Megatron-LM and
+the Hugging Face TP plans name them (:data:`COLUMN_PARALLEL`, :data:`ROW_PARALLEL`,
+:data:`QUALIFIED`). Attention splits its heads, in every GEMM of the attention
+(fused or written by hand), forward and backward alike; a degree that does not
+divide the heads or the key/value heads is refused, as Megatron-LM refuses it.
+Mixture-of-experts layers split each expert's intermediate size. The vocabulary,
+which need not divide, is rounded up (Megatron pads it the same way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from shapelint.errors import ShapelintError
+from shapelint.hardware.gpu import ceil_div
+from shapelint.model.records import Gemm
+from shapelint.physics.reshape import set_dim
+
+#: leaf names of column-parallel layers, by family: Llama/Mistral/Qwen/OPT/GPT-J/CLIP,
+#: GPT-2/StarCoder, GPT-NeoX/Falcon/BLOOM, MPT/CodeGen, BERT/ViT, DeBERTa, DistilBERT,
+#: ALBERT, T5, Mixtral-style experts (w1/w3), DeepSeek MLA (kv_b_proj), LM heads
+COLUMN_PARALLEL = frozenset({
+    "q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj", "gate_up_proj", "fc1", "fc_in",
+    "c_attn", "c_fc",
+    "query_key_value", "dense_h_to_4h",
+    "Wqkv", "wqkv", "qkv",
+    "query", "key", "value",
+    "query_proj", "key_proj", "value_proj",
+    "q_lin", "k_lin", "v_lin", "lin1",
+    "ffn",
+    "q", "k", "v", "wi", "wi_0", "wi_1",
+    "w1", "w3", "kv_b_proj",
+    "lm_head", "embed_out",
+})
+#: leaf names of row-parallel layers, same families
+ROW_PARALLEL = frozenset({
+    "o_proj", "out_proj", "down_proj", "fc2", "fc_out",
+    "c_proj",
+    "dense_4h_to_h",
+    "out_lin", "lin2",
+    "ffn_output",
+    "o", "wo",
+    "w2",
+})
+#: ``parent.leaf`` names where the leaf alone says nothing (``dense``)
+QUALIFIED = {
+    "attention.dense": "row",  # GPT-NeoX, ALBERT
+    "self_attention.dense": "row",  # Falcon, BLOOM
+    "self_attn.dense": "row",  # Phi
+    "output.dense": "row",  # BERT family: attention.output.dense and the FFN's output.dense
+    "intermediate.dense": "column",  # BERT family
+}
+
+#: owning-module attributes that give the attention heads / key-value heads
+HEADS_PARAMS = ("num_heads", "num_attention_heads", "n_head", "n_heads")
+KV_HEADS_PARAMS = ("num_kv_heads", "num_key_value_heads", "n_kv_heads")
+#: child names of an attention module's query / key projection
+Q_PROJECTIONS = ("q_proj", "query", "q", "q_lin", "query_proj")
+K_PROJECTIONS = ("k_proj", "key", "k", "k_lin", "key_proj")
+#: child names of a fused query-key-value projection (3 x heads x head_dim wide)
+QKV_PROJECTIONS = ("query_key_value", "c_attn", "qkv_proj", "Wqkv", "qkv")
+HEAD_DIM_PARAMS = ("head_dim", "head_size")
+#: attributes of a mixture-of-experts module that give each expert's intermediate size
+EXPERT_PARAMS = ("intermediate_dim", "intermediate_size", "moe_intermediate_size", "ffn_dim")
+
+#: batched GEMMs of a hand-written attention (QKᵀ, PV and their gradients)
+_BATCHED = ("bmm", "baddbmm")
+
+#: (phase → the GEMM axis that carries out_features, the one that carries in_features)
+#: for a Linear (weight [out, in]): forward y = x Wᵀ (T x out, k = in), grad_input
+#: dx = dy W (T x in, k = out), grad_weight dW = dyᵀ x (out x in, k = T)
+_LINEAR_AXES = {
+    "forward": ("n", "k"),
+    "recompute": ("n", "k"),
+    "grad_input": ("k", "n"),
+    "grad_weight": ("m", "n"),
+}
+#: the same for GPT-2's Conv1D (weight [in, out], y = x W): dW = xᵀ dy is in x out
+_CONV1D_AXES = {**_LINEAR_AXES, "grad_weight": ("n", "m")}
+
+
+def parallel_style(module: str) -> str | None:
+    parts = module.rsplit(".", 2)
+    leaf = parts[-1]
+    if len(parts) > 1 and f"{parts[-2]}.{leaf}" in QUALIFIED:
+        return QUALIFIED[f"{parts[-2]}.{leaf}"]
+    if leaf in COLUMN_PARALLEL:
+        return "column"
+    if leaf in ROW_PARALLEL:
+        return "row"
+    return None
+
+
+def shard(gemms: Sequence[Gemm], tp: int) -> list[Gemm]:
+    """The GEMMs one of ``tp`` GPUs runs. Raises ShapelintError when ``tp`` does not
+    divide an attention's heads or key/value heads."""
+    if tp <= 1:
+        return list(gemms)
+    heads = attention_heads(gemms)
+    for module, (h, kv) in sorted(heads.items()):
+        if h % tp or kv % tp:
+            raise ShapelintError(
+                f"--tp {tp}: {module} has {h} attention heads and {kv} key/value heads; the tensor-parallel "
+                f"degree must divide both (Megatron-LM refuses it); try a divisor of {_gcd(h, kv)}")
+    return [shard_one(g, tp, g.module in heads) for g in gemms]
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def attention_heads(gemms: Sequence[Gemm]) -> dict[str, tuple[int, int]]:
+    """(heads, key/value heads) of each attention module: from its own attributes,
+    else from its query and key projections' widths over the head dimension."""
+    widths = {g.module: dict(g.module_params).get("out_features") for g in gemms if g.phase == "forward"}
+    out: dict[str, tuple[int, int]] = {}
+    for g in gemms:
+        if g.module in out or g.phase != "forward" or g.role not in ("attn_scores", "after_softmax"):
+            continue
+        params = dict(g.module_params)
+        d = _first(params, HEAD_DIM_PARAMS) or (g.k if g.role == "attn_scores" else 0)
+        heads = (_first(params, HEADS_PARAMS) or _projected(widths, g.module, Q_PROJECTIONS, d)
+                 or _projected(widths, g.module, QKV_PROJECTIONS, 3 * d))
+        if not heads:
+            continue
+        groups = params.get("num_key_value_groups")
+        kv = (_first(params, KV_HEADS_PARAMS) or (heads // groups if groups else 0)
+              or _projected(widths, g.module, K_PROJECTIONS, d) or heads)
+        out[g.module] = (heads, kv)
+    return out
+
+
+def _first(params: dict[str, int], names: tuple[str, ...]) -> int:
+    return next((int(params[n]) for n in names if params.get(n)), 0)
+
+
+def _projected(widths: dict[str, int | None], module: str, children: tuple[str, ...], head_dim: int) -> int:
+    if head_dim <= 0:
+        return 0
+    width = next((widths[f"{module}.{c}"] for c in children if widths.get(f"{module}.{c}")), None)
+    return width // head_dim if width and width % head_dim == 0 else 0
+
+
+def shard_one(g: Gemm, tp: int, in_attention: bool = False) -> Gemm:
+    """``g`` on one of ``tp`` GPUs; ``in_attention``: ``g`` belongs to an attention
+    module, whose batched GEMMs run per head."""
+    if g.role in ("attn_scores", "attn_values") or g.op.startswith("sdpa") or (in_attention and g.op in _BATCHED):
+        return replace(g, batch=ceil_div(g.batch, tp)) if g.batch >= tp else g
+    expert = _expert_axis(g)
+    if expert is not None:
+        return set_dim(g, expert, ceil_div(getattr(g, expert), tp))
+    style = parallel_style(g.module)
+    if style is None or g.phase not in _LINEAR_AXES:
+        return g
+    axes = _CONV1D_AXES if "nf" in dict(g.module_params) else _LINEAR_AXES
+    out_axis, in_axis = axes[g.phase]
+    axis = out_axis if style == "column" else in_axis
+    return set_dim(g, axis, ceil_div(getattr(g, axis), tp))
+
+
+def _expert_axis(g: Gemm) -> str | None:
+    """For an experts module's grouped GEMM, the axis that carries each expert's
+    intermediate size (gate and up fused: twice it), which expert tensor
+    parallelism splits; None for other GEMMs."""
+    if not g.op.startswith(("_grouped_mm", "_scaled_grouped_mm")):
+        return None
+    size = _first(dict(g.module_params), EXPERT_PARAMS)
+    return next((axis for axis in ("n", "k", "m") if size and getattr(g, axis) in (size, 2 * size)), None)

@@ -1,0 +1,1 @@
+"""Check: discover and run the rules; each returns proposals, never a price."""

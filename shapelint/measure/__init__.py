@@ -1,0 +1,1 @@
+"""Measure on a CUDA GPU: --verify, --verify --step and calibrate."""

@@ -1,0 +1,1 @@
+"""The pipeline: load, capture, check, price and locate one target into a Result; the settings table."""
