@@ -98,8 +98,8 @@ class Bench:
     """What one run measures with: the GPU profile, rules, timer and kernel runners."""
 
     def __init__(self, args: argparse.Namespace, deadline: float):
+        from shapelint import hardware
         from shapelint.check import run as check
-        from shapelint.hardware import gpu as hardware
         from shapelint.measure import verify
 
         self.args, self.deadline = args, deadline

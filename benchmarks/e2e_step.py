@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from shapelint.check.run import builtin_rules
-from shapelint.hardware.gpu import default_gpu, resolve
+from shapelint.hardware import default_gpu, resolve
 from shapelint.padding import mask_padded_logits
 from shapelint.pipeline.run import Options, lint_target
 

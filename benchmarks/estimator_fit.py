@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.model.records import Gemm
 from shapelint.physics.gemm_shapes import matrix
 from shapelint.price.gemm import gemm_time

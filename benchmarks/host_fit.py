@@ -29,7 +29,7 @@ from host_phases import NO_DROPOUT  # noqa: E402
 from step_gpu_models import SECTIONS  # noqa: E402
 from step_model import config_step  # noqa: E402
 
-from shapelint.hardware import gpu as hardware  # noqa: E402
+from shapelint import hardware  # noqa: E402
 from shapelint.price.step import step_time  # noqa: E402
 
 DATA = sorted(str(p) for p in (ROOT / "docs/data").glob("host_phases_h100_2026-11-23*.json"))

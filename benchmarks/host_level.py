@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from step_gpu_models import SECTIONS  # noqa: E402
 from step_model import config_step  # noqa: E402
 
-from shapelint.hardware import gpu as hardware  # noqa: E402
+from shapelint import hardware  # noqa: E402
 from shapelint.measure.calibrate import host_table  # noqa: E402
 from shapelint.price.step import step_time  # noqa: E402
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from shapelint.check.run import builtin_rules
-from shapelint.hardware.gpu import default_gpu, resolve
+from shapelint.hardware import default_gpu, resolve
 from shapelint.measure.verify import verify
 from shapelint.pipeline.run import Options, lint_target
 
@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = ap.parse_args()
     if args.gpu_profile:
-        from shapelint.hardware.gpu import load_profile_file
+        from shapelint.hardware import load_profile_file
 
         hw = load_profile_file(args.gpu_profile)
     else:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from shapelint.check.run import builtin_rules
-from shapelint.hardware.gpu import default_gpu, resolve
+from shapelint.hardware import default_gpu, resolve
 from shapelint.measure.verify import verify
 from shapelint.pipeline.examples import trace_example
 from shapelint.price import price

@@ -236,8 +236,8 @@ class Results:
 
 def run_one(model: str, mode: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """Lint one config and verify its step, as `shapelint CONFIG --verify --step [--compile]` does."""
+    from shapelint import hardware
     from shapelint.check.run import builtin_rules
-    from shapelint.hardware import gpu as hardware
     from shapelint.measure import step as verify_step
     from shapelint.pipeline.run import Options, lint_target
     from shapelint.price import Policy
@@ -336,8 +336,8 @@ def rescore(files: list[str], gpu: str | None) -> tuple[str, list[dict[str, Any]
     estimated on, the findings it applied matched by code, module and suggestion; its
     estimate then, now, and the measurement. Changing the model and rescoring every
     earlier run shows what the change does to every row, not only the one it targets."""
+    from shapelint import hardware
     from shapelint.check.run import builtin_rules
-    from shapelint.hardware import gpu as hardware
     from shapelint.pipeline.run import Options, lint_target
     from shapelint.price import Policy
 
@@ -463,7 +463,7 @@ def main() -> int:
     log("env:", json.dumps({k: v for k, v in env.items() if k != "nvidia_smi"}))
     args.host_speed = None
     if args.host_probe and args.device == "cuda":
-        from shapelint.hardware import gpu as hardware
+        from shapelint import hardware
         from shapelint.measure.calibrate import host_speed
 
         probe_hw = hardware.resolve(args.gpu) if args.gpu else hardware.default_gpu()

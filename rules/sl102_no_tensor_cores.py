@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from shapelint.check.rule_api import Example, RuleContext, by_module, phases
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import Change, Gemm, Proposal, Severity, Suggestion
 
 CODE = "SL102"

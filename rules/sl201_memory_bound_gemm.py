@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from shapelint.check.rule_api import Example, RuleContext, by_module
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import ATTN_ROLES, Change, Gemm, Proposal, Severity, Suggestion
 from shapelint.physics.reshape import resize
 from shapelint.physics.roofline import compute_bound, ridge

@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from shapelint.check.rule_api import Example, RuleContext, quantization_proposals
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm, Proposal, Severity
 
 CODE = "SL203"

@@ -48,7 +48,7 @@ from dataclasses import replace
 from math import ceil
 
 from shapelint.check.rule_api import Example, RuleContext, by_module
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import Change, Dim, Gemm, Proposal, Severity, SizeSearch, Suggestion, Work
 from shapelint.physics import attention as att
 from shapelint.physics.reshape import resize

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shapelint.check.rule_api import Example, RuleContext
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import Change, Gemm, Proposal, Severity, Suggestion, Work
 from shapelint.physics.attention import (
     GEMM_PASSES_BACKWARD,

@@ -56,7 +56,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from shapelint.check.rule_api import Example, RuleContext, phases
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import (
     Change,
     Dim,

@@ -55,7 +55,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from shapelint.check.rule_api import Example, RuleContext
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import Change, Gemm, Proposal, Severity, Suggestion
 from shapelint.physics.conv import ConvCall, conv_calls, misaligned_channels
 

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from shapelint.check.rule_api import Example, RuleContext, phases
-from shapelint.hardware.gpu import Hardware, ceil_div
+from shapelint.hardware import Hardware, ceil_div
 from shapelint.model.records import (
     Change,
     Dim,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from shapelint.version import __version__
 
 if TYPE_CHECKING:
     from shapelint.app.api import Report, lint, lint_target

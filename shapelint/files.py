@@ -1,17 +1,21 @@
-"""Reading the text files users hand us (targets, configs): every failure becomes a
-one-line ShapelintError naming the file and, where the parser knows it, the line."""
+"""Reading the text files users hand us (targets, configs) and the values in them, and
+writing the files they ask for: every failure becomes a one-line ShapelintError naming
+the file and, where the parser knows it, the line. A write is whole or nothing
+(:func:`write_file`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import stat
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from shapelint.errors import ShapelintError
+from shapelint.errors import ShapelintError, cap_length
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -183,6 +187,86 @@ def parse_json(text: str, where: str) -> Any:
         raise ShapelintError(f"{where}:{exc.lineno}: JSON syntax error: {exc.msg}") from exc
     except RecursionError as exc:
         raise ShapelintError(f"{where}: JSON syntax error: nested too deeply") from exc
+
+
+#: the largest tensor dimension (and element count) torch can index: int64
+INT64_MAX = 2**63 - 1
+
+
+def show(value: Any, cap: int = 60) -> str:
+    """A value in a message: its repr, cut short."""
+    return cap_length(repr(value), cap)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def positive_int(value: Any, what: str) -> int:
+    """A dimension: an integer in 1 .. int64."""
+    if not is_int(value):
+        raise ShapelintError(f"{what} must be a positive integer, got {show(value)}")
+    if value <= 0:
+        raise ShapelintError(f"{what} = {value}: dimensions must be positive")
+    if value > INT64_MAX:
+        raise ShapelintError(f"{what} = {show(value)}: larger than a tensor dimension can be (2**63 - 1)")
+    return int(value)
+
+
+# -- writing: whole files or nothing ------------------------------------------------------
+
+
+def write_file(path: str, text: str, flag: str = "--output") -> None:
+    """Write ``text`` to ``path`` whole (a symbolic link: to the file it points at,
+    which stays a link), or raise one ShapelintError line; a FIFO, a device or a
+    socket is refused (a FIFO with no reader would block the run)."""
+    target = Path(os.path.realpath(path))
+    refuse_special(target, flag, shown=path)
+    try:
+        _replace_atomically(target, text)
+    except OSError as exc:
+        raise ShapelintError(f"{flag} {path}: {exc.strerror or exc}") from None
+
+
+def refuse_special(path: Path, flag: str, shown: str | None = None) -> None:
+    """An existing path that is not a regular file or a folder (a device, a FIFO, a
+    socket) is no place for a report."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    stdout = " (leave out --output to write to stdout)" if flag == "--output" else ""
+    raise ShapelintError(f"{flag} {shown or path}: is {kind}; shapelint writes regular files only{stdout}")
+
+
+def _replace_atomically(path: Path, text: str) -> None:
+    folder = path.resolve().parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        with contextlib.suppress(OSError):
+            os.chmod(tmp, _mode_for(path))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _mode_for(path: Path) -> int:
+    """An existing file keeps its mode; a new one gets what open() would give it."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def display_path(file: str) -> str:

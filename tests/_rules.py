@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from shapelint.check.rule_api import RuleContext
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import Finding, Gemm
 from shapelint.price import Policy, price
 

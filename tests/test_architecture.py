@@ -13,7 +13,7 @@ from _cli_helpers import run
 from shapelint.rules import sl201_memory_bound_gemm as sl201
 
 from shapelint.check.rule_api import RuleContext
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.model.records import Change, Proposal, Suggestion
 from shapelint.pipeline.run import trace
 from shapelint.price import Policy, price, price_one

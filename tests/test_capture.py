@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
-from shapelint.capture.run import to_precision
+from shapelint.capture.precision import to_precision
 from shapelint.pipeline.run import trace
 
 

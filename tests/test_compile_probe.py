@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from shapelint.hardware import gpu as hardware
+from shapelint import hardware
 from shapelint.load.compile_probe import (
     GRAPH_RANGE,
     _Counts,

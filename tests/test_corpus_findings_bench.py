@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.physics.alignment import is_aligned
 from shapelint.pipeline.run import trace
 

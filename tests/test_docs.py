@@ -6,20 +6,20 @@ from pathlib import Path
 
 import yaml
 
+from shapelint.app.docs import main, render, render_settings
 from shapelint.pipeline.settings import SETTINGS
-from shapelint.report.docs import main, render, render_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
 
 def test_rules_doc_is_current() -> None:
-    assert (DOCS / "rules.md").read_text() == render(), "run: python -m shapelint.report.docs rules > docs/rules.md"
+    assert (DOCS / "rules.md").read_text() == render(), "run: python -m shapelint.app.docs rules > docs/rules.md"
 
 
 def test_settings_doc_is_current() -> None:
     assert (DOCS / "settings.md").read_text() == render_settings(), \
-        "run: python -m shapelint.report.docs settings > docs/settings.md"
+        "run: python -m shapelint.app.docs settings > docs/settings.md"
 
 
 def test_settings_doc_names_every_setting() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from _cli_helpers import LINEAR_LINE, assert_one_error_line, run, snapshot, write_model
 
+from shapelint import hardware
 from shapelint.check import run as check
-from shapelint.hardware import gpu as hardware
 from shapelint.model.records import Source, Suggestion
 from shapelint.pipeline.run import Options, Result, lint_target, with_findings
 from shapelint.report import github, sarif, text

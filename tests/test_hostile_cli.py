@@ -217,7 +217,7 @@ def test_a_full_disk_is_one_line(here: Path, capsys: pytest.CaptureFixture[str],
         raise OSError(errno.ENOSPC, "No space left on device")
 
     (here / "r.txt").write_text("the old report\n")
-    monkeypatch.setattr("shapelint.app.outputs._replace_atomically", full)
+    monkeypatch.setattr("shapelint.files._replace_atomically", full)
     rc, _, err = lint(["model.py", "-o", "r.txt"], here, capsys)
     assert rc == 2 and err == "shapelint: error: --output r.txt: No space left on device\n"
     assert (here / "r.txt").read_text() == "the old report\n"

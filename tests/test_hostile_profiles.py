@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from shapelint.check.rule_api import RuleContext
 from shapelint.check.run import builtin_rules, run_rules
 from shapelint.errors import ShapelintError
-from shapelint.hardware.gpu import PROFILE_DIR, Hardware, profile_from_dict
+from shapelint.hardware import PROFILE_DIR, Hardware, profile_from_dict
 from shapelint.pipeline.run import trace
 from shapelint.price import price, step_estimate
 

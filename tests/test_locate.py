@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from _cli_helpers import run
 
-from shapelint.locate.config_keys import explain, json_int_keys
+from shapelint.load.json_tokens import int_keys as json_int_keys
+from shapelint.locate.config_keys import explain
 
 pytest.importorskip("transformers")
 

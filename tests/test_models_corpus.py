@@ -18,7 +18,8 @@ from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from shapelint.app.cli import main
-from shapelint.capture.run import capture, to_precision
+from shapelint.capture.precision import to_precision
+from shapelint.capture.run import capture
 from shapelint.load.loaders import load, token_count
 from shapelint.model.records import Gemm
 

@@ -10,7 +10,7 @@ import torch.nn as nn
 from shapelint.rules import sl101_misaligned_leading_dim as sl101
 
 from shapelint.check.rule_api import RuleContext
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.model.records import Finding, Operand, Suggestion
 from shapelint.physics.alignment import gemm_alignment, is_aligned, misaligned_leading_dims, operand_alignment
 from shapelint.pipeline.run import trace

@@ -15,7 +15,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from shapelint.capture import replay
-from shapelint.capture.run import Capture, Op, capture, to_precision
+from shapelint.capture.precision import to_precision
+from shapelint.capture.run import Capture, Op, capture
 from shapelint.load.loaders import fake_construction
 
 #: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)

@@ -8,7 +8,7 @@ from shapelint.rules import sl102_no_tensor_cores as sl102
 from torch import nn
 
 from shapelint.check.rule_api import RuleContext
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.pipeline.run import trace
 
 

@@ -9,7 +9,7 @@ from shapelint.rules import sl201_memory_bound_gemm as sl201
 from torch import nn
 
 from shapelint.check.rule_api import RuleContext
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.physics.reshape import resize
 from shapelint.pipeline.run import trace
 from shapelint.price.gemm import total_ms

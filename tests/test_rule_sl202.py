@@ -10,7 +10,7 @@ from shapelint.rules import sl202_tile_quantization as sl202
 from torch import nn
 
 from shapelint.check.rule_api import RuleContext
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.physics.quantization import quantization
 from shapelint.pipeline.run import trace, vocab_sizes
 from shapelint.price import Policy

@@ -10,7 +10,7 @@ from shapelint.rules import sl203_wave_quantization as sl203
 from torch import nn
 
 from shapelint.check.rule_api import RuleContext
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.physics.quantization import Quantization, quantization
 from shapelint.physics.reshape import resize
 from shapelint.pipeline.run import trace

@@ -9,7 +9,7 @@ from shapelint.rules import sl301_attention_head_dim as sl301
 from torch import nn
 
 from shapelint.check.rule_api import RuleContext
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.physics.attention import head_dim, keep_width, per_head
 from shapelint.pipeline.run import trace
 from shapelint.price.gemm import total_ms

@@ -8,7 +8,7 @@ from shapelint.rules import sl302_materialized_attention as sl302
 from torch import nn
 
 from shapelint.check.rule_api import RuleContext
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.model.records import Work
 from shapelint.physics.attention import softmax_traffic_bytes
 from shapelint.pipeline.run import trace

@@ -12,7 +12,7 @@ from shapelint.rules import sl401_conv_channels as sl401
 from torch import nn
 
 from shapelint.check.rule_api import Rule, RuleContext
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.pipeline.examples import run_example
 from shapelint.pipeline.run import trace
 from shapelint.price import Policy

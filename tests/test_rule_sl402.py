@@ -10,7 +10,7 @@ from shapelint.rules import sl402_conv_channels_last as sl402
 from torch import nn
 
 from shapelint.check.rule_api import Rule, RuleContext
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.pipeline.examples import run_example
 from shapelint.pipeline.run import trace
 from shapelint.price.gemm import total_ms

@@ -14,8 +14,10 @@ from _rules import run_rule
 from shapelint.rules import sl301_attention_head_dim as sl301
 from torch import nn
 
-from shapelint.capture.run import AUTOCAST_PRECISIONS, Capture, capture, compile_builds_mask, to_precision
-from shapelint.hardware import gpu as hardware
+from shapelint import hardware
+from shapelint.capture.precision import AUTOCAST_PRECISIONS, to_precision
+from shapelint.capture.run import Capture, capture
+from shapelint.capture.sdpa import compile_builds_mask
 from shapelint.load.loaders import load
 from shapelint.model.records import Op, Slice
 from shapelint.physics.attention import AttentionCall, compiled_call, gpu_kernel, math_kernel
@@ -272,7 +274,7 @@ class _Head(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.head(x)
         if self.loss_break:
-            from shapelint.capture.run import note_graph_break
+            from shapelint.capture.recorder import note_graph_break
 
             note_graph_break()
         return nn.functional.cross_entropy(logits.float(), torch.zeros(x.shape[0], dtype=torch.long))

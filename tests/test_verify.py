@@ -9,7 +9,7 @@ from torch import nn
 
 from shapelint.check.rule_api import RuleContext
 from shapelint.check.run import builtin_rules, run_rules
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.measure.verify import Timing, check_finding, confirmed, materialize, verify
 from shapelint.pipeline.run import trace, vocab_sizes
 from shapelint.price import price
@@ -138,7 +138,7 @@ def test_a_fusion_is_timed_as_a_whole_block() -> None:
 def test_calibrate_fit_makes_a_loadable_profile_from_measurements() -> None:
     from dataclasses import replace as dc_replace
 
-    from shapelint.hardware.gpu import profile_from_dict
+    from shapelint.hardware import profile_from_dict
     from shapelint.measure.calibrate import WAVE_K, WAVE_M, WAVE_NS, _gemm, closest_base, fit
     from shapelint.price.gemm import gemm_time
 
@@ -172,7 +172,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 @cuda
 def test_calibrate_measures_the_step_table_on_a_gpu() -> None:
     """On a real GPU: every step key measured, each within physical bounds."""
-    from shapelint.hardware.gpu import STEP_KEYS, resolve
+    from shapelint.hardware import STEP_KEYS, resolve
     from shapelint.measure.calibrate import measure_step
     from shapelint.measure.verify import cuda_timer
 

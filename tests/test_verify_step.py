@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from shapelint.check.run import builtin_rules
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.measure import step as vs
 from shapelint.pipeline.run import Options, Result, lint_target
 from shapelint.price import Policy
+from shapelint.report.verification import report_lines
 
 # A GPT-2 with a vocabulary of 5001 (SL501: pad to 5004 in tf32), small enough to train
 # on a CPU in milliseconds; multi-line, as config.json files are written (findings point
@@ -260,7 +261,7 @@ def test_a_suggestion_set_that_does_not_measure_faster_is_not_confirmed(gpt2: Re
     assert v["measured_speedup"] == round(10.1 / 10.0, 4)
     assert v["noise"] == pytest.approx((10.2 / 9.9 - 10.0 / 10.1) / 2, abs=1e-4)
     assert v["confirmed"] is False and v["findings"][0]["confirmed"] is False
-    assert "not confirmed (below 1.02" in vs.report_lines(v)[0]
+    assert "not confirmed (below 1.02" in report_lines(v)[0]
 
 
 def test_the_step_really_trains_with_the_wall_clock(gpt2: Result, scratch: Path) -> None:
@@ -307,7 +308,7 @@ def test_a_model_py_verified_all_at_once_and_finding_by_finding(py: Result, fold
     assert [e["measured_speedup"] for e in v["findings"]] == [1.25, round(10 / 9, 4), 1.0]
     assert [e["confirmed"] for e in v["findings"]] == [True, True, False]
     assert v["per_finding"] == "measured" and v["sliced"] == ["head"]
-    lines = vs.report_lines(v)
+    lines = report_lines(v)
     assert lines[0].startswith("step verified on cpu (eager): est. ") and "(1.43×): confirmed" in lines[0]
     assert any("SL101 in_features: 2047 → 2048" in line and "not confirmed" in line for line in lines)
     assert snapshot(folders["py"]) == before and list(scratch.iterdir()) == []
@@ -321,7 +322,7 @@ def test_a_finding_that_cannot_be_applied_is_listed_with_the_reason(folders: dic
     assert "computed, not a literal" in reason["reason"]
     assert [e["code"] for e in v["findings"]] == ["SL101", "SL101"]  # the others still apply
     assert v["est_ms_after"] == round(r.step_model.after([f for f in r.findings if f.code == "SL101"]).ms, 4)
-    assert any(line.startswith("  not applied: SL501 out_features: 5001 → 5004: ") for line in vs.report_lines(v))
+    assert any(line.startswith("  not applied: SL501 out_features: 5001 → 5004: ") for line in report_lines(v))
 
 
 def test_without_an_applicable_suggestion_the_step_is_timed_alone(folders: dict[str, Path], tmp_path: Path,
@@ -334,7 +335,7 @@ def test_without_an_applicable_suggestion_the_step_is_timed_alone(folders: dict[
     v = vs.verify_result(r, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer))
     assert timer.calls == [("before", 2)] * 2
     assert (v["measured_ms"], v["measured_ms_after"], v["confirmed"]) == (5.0, None, None)
-    assert "no suggestion applied" in vs.report_lines(v)[0]
+    assert "no suggestion applied" in report_lines(v)[0]
 
 
 # -- the command line ------------------------------------------------------------------
@@ -396,16 +397,16 @@ def test_the_text_says_how_many_graphs_the_first_model_compiled_to() -> None:
          "est_speedup": 1.0, "measured_ms": 62.6, "measured_ms_after": 62.6, "measured_speedup": 1.0,
          "threshold": 1.105, "confirmed": False, "graphs": {"before": 8, "after": 1}, "findings": [],
          "per_finding": "the only finding: all at once", "not_applied": []}
-    lines = vs.report_lines(v)
+    lines = report_lines(v)
     assert lines[1:] == ["  torch.compile broke the forward into 8 graphs (shapelint did not probe this model's "
                          "graphs: priced as one graph)"]
     # with the probe's counts (transformers 5.17: 18 + 13 graph calls a step, 63 ops between them)
     probed = {"forward_graphs": 18, "backward_graphs": 13, "eager_ops": 63, "backward_eager_ops": 20,
               "reasons": ["Data-dependent branching"]}
-    assert vs.report_lines({**v, "probed_graphs": probed})[1:] == [
+    assert report_lines({**v, "probed_graphs": probed})[1:] == [
         "  torch.compile broke the forward into 8 graphs (the estimate prices the 18 + 13 graph calls a step "
         "makes and 63 eager ops, as shapelint's probe found them)"]
-    assert vs.report_lines({**v, "graphs": {"before": 1, "after": 1}})[1:] == []
+    assert report_lines({**v, "graphs": {"before": 1, "after": 1}})[1:] == []
 
 
 # -- on a GPU -------------------------------------------------------------------------------

@@ -22,7 +22,6 @@ one before it.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,20 +29,17 @@ from typing import Any
 
 import torch
 from rich.console import Group
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch.utils._pytree import tree_map
 
-from shapelint.capture.run import RecordingFakeMode
+from shapelint import hardware
 from shapelint.check.run import load_rules, select_rules
 from shapelint.errors import ShapelintError
-from shapelint.hardware import gpu as hardware
-from shapelint.hardware.gpu import Hardware
-from shapelint.load.loaders import Loaded, target_kind
+from shapelint.hardware import Hardware
+from shapelint.load.loaders import target_kind
 from shapelint.load.usercode import LOCK
 from shapelint.locate import suppress
 from shapelint.model.records import Finding, Gemm
 from shapelint.pipeline import settings
-from shapelint.pipeline.run import Options, Result, lint_loaded
+from shapelint.pipeline.run import Options, Result, lint_module
 from shapelint.pipeline.run import lint_target as _lint_path
 from shapelint.price import StepEstimate
 from shapelint.price.step import StepTime
@@ -124,10 +120,7 @@ def lint(model: torch.nn.Module, example_inputs: Any, *, gpu: str | None = None,
         raise ShapelintError(f"lint(): model must be a torch.nn.Module, got {type(model).__name__}")
     opts = _options(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp)
     with LOCK:  # one lint at a time (see the module docstring)
-        mode = RecordingFakeMode()
-        loaded = Loaded(f"<{type(model).__name__}>", "python", fake_copy(model, mode),
-                        tree_map(lambda x: _fake(x, mode) if isinstance(x, torch.Tensor) else x, example_inputs), mode)
-        return Report(lint_loaded(loaded, opts, _gpu(gpu), _rules(select, ignore)))
+        return Report(lint_module(model, example_inputs, opts, _gpu(gpu), _rules(select, ignore)))
 
 
 def lint_target(path: str | Path, *, gpu: str | None = None, dtype: str | None = None, training: bool | None = None,
@@ -146,34 +139,6 @@ def lint_target(path: str | Path, *, gpu: str | None = None, dtype: str | None =
     from shapelint.pipeline.run import with_findings
 
     return Report(with_findings(r, suppress.apply(r.findings)))
-
-
-def fake_copy(model: torch.nn.Module, mode: FakeTensorMode) -> torch.nn.Module:
-    """A copy of ``model`` whose parameters, buffers and tensor attributes are fake
-    tensors of ``mode`` (same shapes, dtypes, strides; on the CPU): the deep copy is
-    told their copies beforehand, so no tensor data is read or allocated. Tied
-    parameters stay tied; the copy of a ``torch.compile`` wrapper is its model's."""
-    model = getattr(model, "_orig_mod", model)
-    memo: dict[int, Any] = {}
-    for mod in model.modules():
-        for p in mod._parameters.values():
-            if p is not None and id(p) not in memo:
-                memo[id(p)] = torch.nn.Parameter(_fake(p, mode), requires_grad=p.requires_grad)
-        tensors = [*mod._buffers.values(), *(v for v in vars(mod).values() if isinstance(v, torch.Tensor))]
-        for t in tensors:
-            if t is not None and id(t) not in memo:
-                memo[id(t)] = _fake(t, mode)
-    try:
-        return copy.deepcopy(model, memo)
-    except Exception as exc:  # noqa: BLE001 - a model that cannot be copied
-        raise ShapelintError(f"lint(): cannot copy {type(model).__name__} to trace it on fake tensors: "
-                             f"{type(exc).__name__}: {exc}") from exc
-
-
-def _fake(t: torch.Tensor, mode: FakeTensorMode) -> torch.Tensor:
-    meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-    fake = FakeTensor(mode, meta, torch.device("cpu"))
-    return fake.requires_grad_(t.requires_grad) if t.is_floating_point() and t.requires_grad else fake
 
 
 def _options(**given: Any) -> Options:
@@ -196,4 +161,4 @@ def _rules(select: Sequence[str], ignore: Sequence[str]) -> list[Any]:
     return select_rules(load_rules(), list(select), list(ignore))
 
 
-__all__ = ["Report", "fake_copy", "lint", "lint_target"]
+__all__ = ["Report", "lint", "lint_target"]

@@ -58,9 +58,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shapelint import __version__
 from shapelint.errors import ShapelintError
 from shapelint.files import PACKAGE_DIR
+from shapelint.version import __version__
 
 if TYPE_CHECKING:
     from shapelint.pipeline.run import Result

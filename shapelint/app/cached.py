@@ -31,7 +31,7 @@ from shapelint.load.targets import chosen, discover
 if TYPE_CHECKING:
     from shapelint.app.config import Config
     from shapelint.check.rule_api import Rule
-    from shapelint.hardware.gpu import Hardware
+    from shapelint.hardware import Hardware
     from shapelint.pipeline.run import Options, Result
     from shapelint.pipeline.settings import Settings
 
@@ -232,7 +232,7 @@ def _result_parts(args: argparse.Namespace, cfg: Config, flags: Settings) -> dic
 
 def print_replay(replay: Replay, output: str | None) -> int:
     """Print again what a run printed (the ``--output`` file written as a fresh run
-    writes it: :func:`shapelint.app.outputs.write_file`); its exit code."""
+    writes it: :func:`shapelint.files.write_file`); its exit code."""
     from shapelint.app import outputs
 
     if output and replay.output is not None:

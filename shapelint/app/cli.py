@@ -10,11 +10,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from shapelint import __version__
 from shapelint.app import cached, parallel
 from shapelint.app.cache import Store
 from shapelint.errors import ShapelintError
 from shapelint.pipeline.settings import Settings, add_flags, default, from_args, merged
+from shapelint.version import __version__
 
 if TYPE_CHECKING:
     from shapelint.app.config import Config
@@ -203,9 +203,9 @@ def _bytes(text: str) -> int:
 
 def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    from shapelint import hardware
     from shapelint.app.config import load_config
     from shapelint.check import run as check
-    from shapelint.hardware import gpu as hardware
 
     if args.config and args.no_config:
         raise ShapelintError("--config and --no-config exclude each other")

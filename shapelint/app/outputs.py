@@ -8,11 +8,11 @@ whole files or nothing, and a closed pipe or a full disk as one line (or silence
 - :func:`graph_paths`: ``--dump-graph FILE`` with several targets writes
   ``FILE-1-<target>.py``, ``FILE-2-<target>.py``... (one each; the last no longer wins);
 - :func:`check_distinct`: two outputs of one run (``--plot r.svg -o r.svg``) are refused;
-- :func:`write_file`: a regular file is written to a temporary file beside it and
-  renamed over it (a failed write leaves the old file whole; a symbolic link stays a
-  link, and the file it points at is replaced); a FIFO, a device or a socket is
-  refused with one line (a FIFO with no reader would hang the run); every OSError is
-  a one-line ShapelintError naming the flag;
+- :func:`write_file` (:mod:`shapelint.files`, where the pipeline writes too): a regular
+  file is written to a temporary file beside it and renamed over it (a failed write
+  leaves the old file whole; a symbolic link stays a link, and the file it points at is
+  replaced); a FIFO, a device or a socket is refused with one line (a FIFO with no
+  reader would hang the run); every OSError is a one-line ShapelintError naming the flag;
 - :func:`stdout_guard`: a reader that closes the pipe early (``shapelint ... | head``)
   ends the output quietly, with the run's own exit code.
 """
@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from shapelint.errors import ShapelintError
+from shapelint.files import refuse_special, write_file
 from shapelint.load.targets import YAML_SUFFIXES
 
 
@@ -44,7 +43,7 @@ def check_output_path(path: str, protected: Iterable[Path], flag: str = "--outpu
     out = Path(path)
     if out.is_dir():
         raise ShapelintError(f"{flag} {path}: is a directory")
-    _refuse_special(out, flag)
+    refuse_special(out, flag)
     for p in protected:
         if _same_file(out, p):
             raise ShapelintError(f"{flag} {path}: is {p}, which shapelint reads; refusing to overwrite it")
@@ -84,18 +83,6 @@ def graph_paths(base: str, targets: Sequence[Path]) -> list[Path]:
     return [out.with_name(f"{out.stem}-{i}-{_stem(t)}{out.suffix}") for i, t in enumerate(targets, start=1)]
 
 
-def write_file(path: str, text: str, flag: str = "--output") -> None:
-    """Write ``text`` to ``path`` whole (a symbolic link: to the file it points at,
-    which stays a link), or raise one ShapelintError line; a FIFO, a device or a
-    socket is refused (a FIFO with no reader would block the run)."""
-    target = Path(os.path.realpath(path))
-    _refuse_special(target, flag, shown=path)
-    try:
-        _replace_atomically(target, text)
-    except OSError as exc:
-        raise ShapelintError(f"{flag} {path}: {exc.strerror or exc}") from None
-
-
 @contextlib.contextmanager
 def stdout_guard() -> Iterator[None]:
     """Run the body that writes the report to stdout; when the reader has gone
@@ -128,47 +115,6 @@ def _same_file(a: Path, b: Path) -> bool:
     except OSError:
         return False
     return a.resolve() == b.resolve()
-
-
-def _refuse_special(path: Path, flag: str, shown: str | None = None) -> None:
-    """An existing path that is not a regular file or a folder (a device, a FIFO, a
-    socket) is no place for a report."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return
-    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"))
-    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
-    stdout = " (leave out --output to write to stdout)" if flag == "--output" else ""
-    raise ShapelintError(f"{flag} {shown or path}: is {kind}; shapelint writes regular files only{stdout}")
-
-
-def _replace_atomically(path: Path, text: str) -> None:
-    folder = path.resolve().parent
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        with contextlib.suppress(OSError):
-            os.chmod(tmp, _mode_for(path))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _mode_for(path: Path) -> int:
-    """An existing file keeps its mode; a new one gets what open() would give it."""
-    try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
 
 
 def _yaml_builder_file(target: Path) -> list[Path]:

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from shapelint.capture.run import fused_attention, output_tensors, split_inputs
+from shapelint.capture.run import output_tensors, split_inputs
+from shapelint.capture.sdpa import fused_attention
 from shapelint.physics.gemm_shapes import GEMM_OPS, GemmShape, extract
 
 

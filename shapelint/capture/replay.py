@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from shapelint.capture.run import ModuleInfo, OpRow, _Owner, _Recorder
+    from shapelint.capture.recorder import ModuleInfo, OpRow, Owner, Recorder
 
 #: fewest members of one class (and of one fingerprint) that make a stack worth replaying
 MIN_LAYERS = 3
@@ -302,10 +302,10 @@ class _Span:
     serial1: int = -1
 
     @staticmethod
-    def open(rec: _Recorder) -> _Span:
+    def open(rec: Recorder) -> _Span:
         return _Span(len(rec.shapes), len(rec.ops), rec._next_serial)
 
-    def close(self, rec: _Recorder) -> None:
+    def close(self, rec: Recorder) -> None:
         self.shape1, self.op1, self.serial1 = len(rec.shapes), len(rec.ops), rec._next_serial
 
     @property
@@ -399,7 +399,7 @@ class Replayer:
     """Finds the stacks of ``root``, wraps their members' forward while installed,
     and after backward checks and expands what it replayed (:meth:`finish`)."""
 
-    def __init__(self, rec: _Recorder, root: torch.nn.Module) -> None:
+    def __init__(self, rec: Recorder, root: torch.nn.Module) -> None:
         self.rec = rec
         self.members: list[_Member] = []
         self.groups: list[_Group] = []
@@ -409,9 +409,9 @@ class Replayer:
         self.tainted = ""
         self._busy = False
         self._hooks: list[Any] = []
-        self._bwd_owners: dict[int, dict[int, _Owner]] = {}
+        self._bwd_owners: dict[int, dict[int, Owner]] = {}
         self._by_path: dict[str, ModuleInfo] = {info.path: info for info in rec.infos.values()}
-        from shapelint.capture.run import user_frame_source  # (capture imports this module)
+        from shapelint.capture.sources import user_frame_source  # (capture imports this module)
 
         self._call_site = user_frame_source
         STATS.reset()
@@ -626,9 +626,9 @@ class Replayer:
             return m.path + path[len(src):]
         return None
 
-    def _owners(self, t: _Call, m: _Member, shapes: list[tuple[Any, ...]]) -> dict[int, _Owner] | None:
+    def _owners(self, t: _Call, m: _Member, shapes: list[tuple[Any, ...]]) -> dict[int, Owner] | None:
         """The template's owners as ``m``'s (its own module info: paths, params, definition)."""
-        out: dict[int, _Owner] = {}
+        out: dict[int, Owner] = {}
         for _, _, owner, _, _ in shapes:
             if owner is None or id(owner) in out:
                 continue

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from shapelint.errors import ShapelintError
-from shapelint.hardware.gpu import ceil_div
+from shapelint.hardware import ceil_div
 from shapelint.model.records import Gemm
 from shapelint.physics.reshape import set_dim
 

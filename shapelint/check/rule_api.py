@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any, Protocol, get_args
 
 from shapelint.errors import ShapelintError
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import (
     ATTN_ROLES,
     Change,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from shapelint.check.rule_api import Rule, RuleContext
 from shapelint.errors import ShapelintError, one_line
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.load.usercode import import_user_file, run_user_rule
 from shapelint.model.records import Gemm, Proposal
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from shapelint.errors import ShapelintError
 
 if TYPE_CHECKING:
-    from shapelint.hardware.gpu import Hardware
+    from shapelint.hardware import Hardware
     from shapelint.pipeline.run import Options, Result
 
 #: what the child runs: the job from stdin, this process's import path, then the lint
@@ -56,7 +56,7 @@ class Relinter:
     rules_dirs: tuple[str, ...] = ()
 
     def job(self, targets: Sequence[str], out: str) -> dict[str, Any]:
-        from shapelint.hardware.gpu import Hardware
+        from shapelint.hardware import Hardware
         from shapelint.model import serial
         from shapelint.pipeline.run import Options
 
@@ -125,7 +125,7 @@ def child(job: dict[str, Any]) -> int:
 def _lint_all(job: dict[str, Any]) -> list[Any]:
     from shapelint.check import run as check
     from shapelint.errors import describe
-    from shapelint.hardware.gpu import Hardware
+    from shapelint.hardware import Hardware
     from shapelint.model import serial
     from shapelint.pipeline.run import Options, lint_target, result_to_data
 

@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shapelint.errors import ShapelintError
-from shapelint.load.validate import show
+from shapelint.files import show
+from shapelint.hardware.profile import STEP_KEYS
 
 #: the scalar efficiencies a profile (or ``_arch.yaml``) may set, fractions in (0, 1]
 EFFICIENCIES = ("achievable", "attention_misaligned_efficiency", "conv_transpose_efficiency",
@@ -138,8 +139,6 @@ def _min_gemm_us(value: Any, what: str) -> None:
 
 
 def _step(value: Any, what: str) -> None:
-    from shapelint.hardware.gpu import STEP_KEYS
-
     if not isinstance(value, dict):
         raise ShapelintError(f"{what} must be a mapping, got {show(value)}")
     for key, x in value.items():

@@ -33,21 +33,16 @@ from torch._subclasses.fake_tensor import (
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from shapelint.capture.run import (
-    RecordingFakeMode,
-    boundary,
-    compile_builds_mask,
-    note_graph_break,
-    note_host_sync,
-    user_frame_source,
-)
+from shapelint.capture.recorder import RecordingFakeMode, note_graph_break, note_host_sync
+from shapelint.capture.sdpa import compile_builds_mask
+from shapelint.capture.sources import boundary, user_frame_source
 from shapelint.capture.traceable import check_on_cpu
 from shapelint.errors import ShapelintError, one_line
 from shapelint.files import check_regular, parse_json, parse_yaml, read_text
 from shapelint.load import builders, validate
 from shapelint.load.compile_probe import PROBE_TOKENS, GraphBreaks, probe_hf
+from shapelint.load.json_tokens import int_keys
 from shapelint.load.usercode import import_user_file, quiet_torch_logs, user_code
-from shapelint.locate.config_keys import json_int_keys
 from shapelint.model.records import Source
 
 #: default token shape for config targets: GPT-2's training shape (8 sequences of 1024)
@@ -459,7 +454,7 @@ def _yaml_target(path: Path, batch: int | None, seq: int | None
                  ) -> tuple[dict[str, Any], dict[str, Any], int | None, int | None]:
     """A shapelint YAML checked: (document, its own settings, batch, seq), where a
     given ``batch``/``seq`` wins over the YAML's."""
-    from shapelint.capture.run import PRECISIONS
+    from shapelint.capture.precision import PRECISIONS
 
     doc = read_yaml(path)
     unknown = sorted(set(doc) - YAML_KEYS)
@@ -526,12 +521,12 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def load_hf_config(path: Path, *, batch: int | None = None, seq: int | None = None) -> Loaded:
     """A config.json, built with meta/fake weights. Its precision is not the loader's
-    business: capture casts (``shapelint.capture.run.to_precision``)."""
+    business: capture casts (``shapelint.capture.precision.to_precision``)."""
     quiet_torch_logs()
     doc = read_json(path)
     loaded = _build_hf(doc, str(path), batch=batch, seq=seq)
     text = read_text(path)
-    loaded.config_keys = json_int_keys(text) or _int_lines(text)
+    loaded.config_keys = int_keys(text) or _int_lines(text)
     loaded.config_file = str(path)
     return loaded
 

@@ -13,36 +13,14 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from shapelint.errors import ShapelintError, cap_length
-
-#: the largest tensor dimension (and element count) torch can index: int64
-INT64_MAX = 2**63 - 1
+from shapelint.errors import ShapelintError
+from shapelint.files import INT64_MAX, is_int, positive_int, show
 
 #: the keys of one input spec
 INPUT_KEYS = ("shape", "dtype", "high", "requires_grad")
 
 #: settings a YAML target may carry that must be positive integers
 POSITIVE_SETTINGS = ("batch", "seq", "tp")
-
-
-def show(value: Any, cap: int = 60) -> str:
-    """A value in a message: its repr, cut short."""
-    return cap_length(repr(value), cap)
-
-
-def is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def positive_int(value: Any, what: str) -> int:
-    """A dimension: an integer in 1 .. int64."""
-    if not is_int(value):
-        raise ShapelintError(f"{what} must be a positive integer, got {show(value)}")
-    if value <= 0:
-        raise ShapelintError(f"{what} = {value}: dimensions must be positive")
-    if value > INT64_MAX:
-        raise ShapelintError(f"{what} = {show(value)}: larger than a tensor dimension can be (2**63 - 1)")
-    return int(value)
 
 
 def settings(doc: Mapping[str, Any], where: str, precisions: Collection[str]) -> None:

@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from shapelint.load.json_tokens import int_keys
 from shapelint.locate import pretrained as pretrained
 from shapelint.model.records import Facts, Finding, Source, Suggestion
 
@@ -173,14 +172,6 @@ def explain(value: int, parameter: str, code: str, module: str, keys: dict[str, 
 
 
 # -- the file: keys, lines --------------------------------------------------------
-
-def json_int_keys(text: str) -> dict[str, tuple[int, int]] | None:
-    """Dotted key path → (value, line) for every integer in a JSON object, nested
-    objects (``text_config.hidden_size``) and lists (``hidden_sizes[2]``) included;
-    None when the text is not one JSON object. A duplicated key counts as
-    ``json.loads`` reads it, the last one: the model is built from that value."""
-    return int_keys(text)
-
 
 def anchor_line(text: str) -> int:
     """The line of the key that chose the model's code (``model_type``, else

@@ -6,7 +6,7 @@ Measures, with the --verify timer (CUDA events, L2 flushed, median):
 - the misalignment penalty per dtype (K = 4095 / 4100 / 4098 against 4096);
 - a wave sweep (1024 x N x 8192, N = 1024..3072 by 128) to fit ``wave_weight``,
   and typical model shapes to fit ``gemm_efficiency``;
-- the step table (``step:``, :class:`shapelint.hardware.gpu.StepProfile`) the whole-step
+- the step table (``step:``, :class:`shapelint.hardware.profile.StepProfile`) the whole-step
   model prices the rest of a training step with (:func:`measure_step`): the bandwidth
   fraction of elementwise kernels, of the step's reductions (layer norm, log-softmax,
   bias-gradient sums, their median), of strided copies, of the transposed pad copy
@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from shapelint.errors import ShapelintError
-from shapelint.hardware.gpu import PROFILE_DIR, Hardware, profile_from_dict
+from shapelint.hardware import PROFILE_DIR, Hardware, profile_from_dict
 from shapelint.model.records import TORCH_DTYPE_NAMES, Gemm
 from shapelint.physics.gemm_shapes import matrix
 from shapelint.price.gemm import gemm_time
@@ -278,10 +278,10 @@ def host_speed(compiled: bool, hw: Hardware, steps: int = 20) -> float:
         step()
         host.append(time.perf_counter() - t)
     torch.cuda.synchronize()
-    from shapelint.app.api import lint
+    from shapelint.pipeline.run import Options, lint_module
     from shapelint.price.step import step_time
 
-    sm = lint(model, inputs, compile=compiled).result.step_model
+    sm = lint_module(model, inputs, Options(compile=compiled), hw, []).step_model
     modelled = step_time(sm.step, hw, sm.mode, sm.optimizer).host_ms if sm is not None else 0.0
     return round(statistics.median(host) * 1e3 / modelled, 3) if modelled > 0 else 1.0
 
@@ -326,7 +326,7 @@ def fit(base: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
 
 
 def closest_base(name: str) -> dict[str, Any]:
-    from shapelint.hardware.gpu import builtin_profiles
+    from shapelint.hardware import builtin_profiles
 
     low = name.lower()
     best = None

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import TORCH_DTYPE_NAMES, Finding, Gemm, Operand
 
 #: timed repetitions and warm-up runs per kernel

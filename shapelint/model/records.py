@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from shapelint.physics.kernels import KernelClass
-
 Phase = Literal["forward", "grad_input", "grad_weight", "recompute"]
+#: what a launched kernel does (``shapelint.physics.kernels`` says which op launches
+#: which): GEMM and attention kernels are timed by the GEMM model
+KernelClass = Literal["gemm", "attention", "pointwise", "reduction", "copy", "fill", "optimizer"]
 #: what a GEMM is known to be: a fused attention kernel's score-producing (QKᵀ, dP) or
 #: score-reading GEMM, a convolution's implicit GEMM, a matmul fed by a softmax
 #: (attention written by hand), or nothing special ("")

@@ -7,7 +7,7 @@ token count) does not matter. The one definition of that rule.
 
 from __future__ import annotations
 
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm, Operand
 
 

@@ -12,10 +12,8 @@ of an input (a gather reads the rows an index names, not the whole table).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
-#: what a launched kernel does: GEMM and attention kernels are timed by the GEMM model
-KernelClass = Literal["gemm", "attention", "pointwise", "reduction", "copy", "fill", "optimizer"]
+from shapelint.model.records import KernelClass
 
 #: ops that launch no kernel: views, metadata, allocation without initialisation
 NO_KERNEL: frozenset[str] = frozenset({

@@ -1,7 +1,7 @@
 """Tile and wave quantization: cuBLAS computes a GEMM's ``m x n`` output in whole
 tiles (the profile's tile shapes), and runs the tiles in waves of one per SM.
 
->>> from shapelint.hardware.gpu import resolve
+>>> from shapelint.hardware import resolve
 >>> round(quantization(16384, 776, 1, resolve("h100")).tile, 4)  # 13 tiles of 64 for 776 columns
 0.9327
 """
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from shapelint.hardware.gpu import Hardware, ceil_div
+from shapelint.hardware import Hardware, ceil_div
 from shapelint.model.records import Gemm, gemm_flops
 
 Cause = Literal["tile", "wave"]

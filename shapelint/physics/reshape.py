@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from math import gcd
 
-from shapelint.hardware.gpu import ceil_div
+from shapelint.hardware import ceil_div
 from shapelint.model.records import Dim, Gemm, Operand
 
 

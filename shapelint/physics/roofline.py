@@ -7,7 +7,7 @@ it (``Hardware.ops_per_byte``).
 
 from __future__ import annotations
 
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm
 
 

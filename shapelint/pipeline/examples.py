@@ -8,7 +8,7 @@ from torch import nn
 
 from shapelint.capture.run import Capture
 from shapelint.check.rule_api import Example, Rule, RuleContext
-from shapelint.hardware.gpu import resolve
+from shapelint.hardware import resolve
 from shapelint.model.records import Finding
 from shapelint.pipeline.run import trace, vocab_sizes
 from shapelint.price import price

@@ -15,15 +15,16 @@ from typing import Any
 
 import torch
 
-from shapelint.app.outputs import write_file
-from shapelint.capture.run import PRECISIONS, Capture, capture, to_precision
+from shapelint import hardware
+from shapelint.capture.precision import PRECISIONS, to_precision
+from shapelint.capture.run import Capture, capture
 from shapelint.capture.tensor_parallel import shard
 from shapelint.capture.traceable import check_not_compiled, explain, refusing_compile
 from shapelint.check.rule_api import Rule, RuleContext
 from shapelint.check.run import run_rules
 from shapelint.errors import ShapelintError
-from shapelint.hardware import gpu as hardware
-from shapelint.hardware.gpu import Hardware
+from shapelint.files import write_file
+from shapelint.hardware import Hardware
 from shapelint.load.loaders import Loaded, load, token_count
 from shapelint.load.usercode import user_code
 from shapelint.locate.config_keys import locate_all
@@ -162,6 +163,14 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
                   step_time_after=model.after(findings), options=opts)
 
 
+def lint_module(model: torch.nn.Module, example_inputs: Any, opts: Options, hw: Hardware | None,
+                rules: Sequence[Rule]) -> Result:
+    """Lint a model the caller holds, on a fake copy (:mod:`shapelint.load.in_memory`)."""
+    from shapelint.load.in_memory import loaded_from_module
+
+    return lint_loaded(loaded_from_module(model, example_inputs), opts, hw, rules)
+
+
 def with_findings(result: Result, findings: list[Finding]) -> Result:
     after = result.step_model.after(findings) if result.step_model else None
     return replace(result, findings=findings, step=step_estimate(result.capture.gemms, findings, result.hardware),
@@ -204,8 +213,8 @@ def result_from_data(data: Any) -> Result:
     return replace(result, step_model=sm)
 
 
-__all__ = ["Options", "Result", "TargetError", "lint_loaded", "lint_target", "result_from_data", "result_to_data",
-           "with_findings"]
+__all__ = ["Options", "Result", "TargetError", "lint_loaded", "lint_module", "lint_target", "result_from_data",
+           "result_to_data", "with_findings"]
 
 
 def trace(build: Callable[[], tuple[torch.nn.Module, Any]], *, precision: str = "bf16",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from shapelint.errors import ShapelintError
-from shapelint.load.validate import INT64_MAX
+from shapelint.files import INT64_MAX
 
 #: compute precisions a user may ask for (``--dtype`` and the ``dtype`` key)
 DTYPES = ("bf16", "fp16", "fp32", "tf32")
@@ -166,7 +166,7 @@ def _number(value: Any, where: str) -> float:
 def _gpu(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ShapelintError(f"{where}: expected a GPU name, got {describe(value)}")
-    from shapelint.hardware import gpu as hardware
+    from shapelint import hardware
 
     try:
         hardware.resolve(value)

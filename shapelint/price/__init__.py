@@ -36,7 +36,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import (
     Alternative,
     Change,

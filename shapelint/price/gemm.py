@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import ATTN_ROLES, Gemm, Work
 from shapelint.physics.alignment import gemm_alignment, input_alignment, is_aligned, output_alignment
 from shapelint.physics.attention import is_fused

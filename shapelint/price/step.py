@@ -63,7 +63,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
 
-from shapelint.hardware.gpu import Hardware
+from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm, GraphBreaks, Op, Operand, Slice
 from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, head_dim, math_kernel
 from shapelint.physics.reshape import set_dim
@@ -137,9 +137,9 @@ class Step:
     params: Sequence[tuple[int, int]]
     training: bool = True
     #: positions in ``ops`` before which an eager step's host reads a value from the GPU
-    #: (``shapelint.capture.run.note_host_sync``), waiting for every kernel issued before
+    #: (``shapelint.capture.recorder.note_host_sync``), waiting for every kernel issued before
     syncs: tuple[int, ...] = ()
-    #: positions in ``ops`` where torch.compile's graph breaks (``shapelint.capture.run.note_graph_break``)
+    #: positions in ``ops`` where torch.compile's graph breaks (``shapelint.capture.recorder.note_graph_break``)
     breaks: tuple[int, ...] = ()
     #: the graphs torch.compile calls and the ops it runs eagerly between them, where
     #: probed (``shapelint.load.compile_probe``); None: one forward and one backward graph

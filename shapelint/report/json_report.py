@@ -12,8 +12,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from shapelint import __version__
 from shapelint.pipeline.run import Result, TargetError
+from shapelint.version import __version__
 
 
 def summary(r: Result) -> dict[str, Any]:

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from shapelint import __version__
 from shapelint.check.rule_api import Rule
 from shapelint.model.records import Finding
 from shapelint.pipeline.run import Result, TargetError
+from shapelint.version import __version__
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 INFORMATION_URI = "https://pypi.org/project/shapelint/"

@@ -183,7 +183,7 @@ def render(results: Sequence[Result], out: IO[str], *, verbose: bool = False, co
             console.print(f"  {graphs}", style="dim", highlight=False)
         console.print(f"  {gemm_line(r)}", style="dim", highlight=False)
         if r.step_verification is not None:
-            from shapelint.measure.step import report_lines
+            from shapelint.report.verification import report_lines
 
             for line in report_lines(r.step_verification):
                 console.print(f"  {line}", highlight=False)

@@ -1,10 +1,10 @@
 """Generate the reference pages of the documentation from the code, so that each
 fact lives in one place:
 
-    python -m shapelint.report.docs rules > docs/rules.md         # the rule modules (docstrings, examples)
-    python -m shapelint.report.docs settings > docs/settings.md   # SETTINGS and the command's other options
+    python -m shapelint.app.docs rules > docs/rules.md         # the rule modules (docstrings, examples)
+    python -m shapelint.app.docs settings > docs/settings.md   # SETTINGS and the command's other options
 
-``python -m shapelint.report.docs`` alone prints the rules page, as it always has.
+``python -m shapelint.app.docs`` alone prints the rules page, as it always has.
 ``tests/test_docs.py`` fails when a committed page differs from what this prints.
 """
 
@@ -22,7 +22,7 @@ def render() -> str:
     """docs/rules.md."""
     rules = builtin_rules()
     out = ["# shapelint rules", "",
-           "Generated from the rule modules in `rules/` by `python -m shapelint.report.docs`; do not edit by hand.", "",
+           "Generated from the rule modules in `rules/` by `python -m shapelint.app.docs`; do not edit by hand.", "",
            "| code | name | severity | summary |", "|---|---|---|---|"]
     for r in rules:
         out.append(f"| [{r.code}](#{r.code.lower()}-{r.name}) | `{r.name}` | {r.severity} | {r.summary} |")
@@ -110,7 +110,7 @@ def render_settings() -> str:
     from shapelint.app.cli import build_parser, calibrate_parser
 
     out = ["# Settings and options reference", "",
-           "Generated from `SETTINGS` and the command's argument parser by `python -m shapelint.report.docs settings`; "
+           "Generated from `SETTINGS` and the command's argument parser by `python -m shapelint.app.docs settings`; "
            "do not edit by hand.", "",
            "## Settings", "",
            "Each setting is read from the command line, from `[tool.shapelint]` in `pyproject.toml` and from "
@@ -139,7 +139,7 @@ PAGES: dict[str, Callable[[], str]] = {"rules": render, "settings": render_setti
 def main(argv: list[str]) -> int:
     page = argv[0] if argv else "rules"
     if page not in PAGES or len(argv) > 1:
-        sys.stderr.write(f"usage: python -m shapelint.report.docs [{'|'.join(PAGES)}]\n")
+        sys.stderr.write(f"usage: python -m shapelint.app.docs [{'|'.join(PAGES)}]\n")
         return 2
     sys.stdout.write(PAGES[page]())
     return 0

@@ -1,26 +1,13 @@
-"""GPU profiles: every hardware number comes from a profile file.
-
-Each GPU is one YAML file in ``shapelint/profiles/`` (datasheet numbers with their
-sources, and measurements where we have them); ``_arch.yaml`` holds the calibrated
-per-architecture behaviour of cuBLAS (misalignment penalties, memory efficiency),
-which a profile inherits unless it carries its own values. A profile written by
-``shapelint calibrate`` is just another file (``--gpu-profile``). ``Hardware`` is
-frozen and hashable by value, so that times can be cached by profile.
+"""A GPU as shapelint prices it: ``Hardware`` (every number from a profile file,
+:mod:`shapelint.hardware.registry`) and the ``StepProfile`` of the rest of a training
+step. ``Hardware`` is frozen and hashable by value, so that times can be cached by
+profile.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-from shapelint.errors import ShapelintError, one_line
-from shapelint.files import parse_yaml, read_text
-from shapelint.hardware.check import check_profile
-
-PROFILE_DIR = Path(__file__).parent / "profiles"
-DEFAULT_GPU = "h100"
 
 
 @dataclass(frozen=True)
@@ -164,135 +151,6 @@ class Hardware:
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "name": self.name, "sms": self.sms, "file": self.file}
-
-
-REQUIRED = ("name", "aliases", "arch", "sms", "l2_bytes", "memory_bandwidth_gbps", "tensor_tflops",
-            "fp32_tflops", "alignment_bytes", "tiles", "wave_weight", "achievable", "sources")
-
-
-@functools.cache
-def _shipped_yaml(path: Path) -> Any:
-    """Our own profile files: the C safe loader when PyYAML has one (fast; only
-    for trusted files, see files.parse_yaml)."""
-    import yaml
-
-    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-
-
-def _arch_table() -> dict[str, Any]:
-    doc = _shipped_yaml(PROFILE_DIR / "_arch.yaml")
-    return dict(doc)
-
-
-def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware:
-    """A profile from its YAML mapping; every value is checked first
-    (:mod:`shapelint.hardware.check`), so a bad one is a one-line error naming its key."""
-    where = file or key
-    if not isinstance(doc, dict):
-        raise ShapelintError(f"{where}: a GPU profile must be a mapping, got {type(doc).__name__}")
-    missing = [k for k in REQUIRED if k not in doc]
-    if missing:
-        raise ShapelintError(f"{where}: GPU profile lacks {', '.join(missing)}")
-    check_profile(doc, where)
-    arch = _arch_table().get(str(doc["arch"]), _arch_table()["default"])
-
-    def table(key: str) -> dict[int, dict[int, float]]:
-        # a calibrated profile carries its own measured penalties
-        rows = doc.get(key) or arch[key]
-        return {int(b): {int(a): float(e) for a, e in row.items()} for b, row in rows.items()}
-
-    try:
-        return Hardware(
-            key=key,
-            name=str(doc["name"]),
-            aliases=tuple(str(a).lower() for a in doc["aliases"]),
-            arch=str(doc["arch"]),
-            sms=int(doc["sms"]),
-            l2_bytes=int(doc["l2_bytes"]),
-            memory_bandwidth_gbps=float(doc["memory_bandwidth_gbps"]),
-            tensor_tflops={str(k): float(v) for k, v in (doc["tensor_tflops"] or {}).items()},
-            fp32_tflops=float(doc["fp32_tflops"]),
-            alignment_bytes=int(doc["alignment_bytes"]),
-            tiles=tuple((int(a), int(b)) for a, b in doc["tiles"]),
-            wave_weight=float(doc["wave_weight"]),
-            achievable=float(doc["achievable"]),
-            sources=tuple(str(s) for s in doc["sources"]),
-            measured=dict(doc.get("measured") or {}),
-            misaligned_efficiency=table("misaligned_efficiency"),
-            misaligned_output_efficiency=table("misaligned_output_efficiency"),
-            conv_misaligned_efficiency={int(b): float(e) for b, e in
-                                        (doc.get("conv_misaligned_efficiency") or arch["conv_misaligned_efficiency"]).items()},
-            attention_misaligned_efficiency=float(doc.get("attention_misaligned_efficiency",
-                                                          arch["attention_misaligned_efficiency"])),
-            conv_transpose_efficiency=float(doc.get("conv_transpose_efficiency", arch["conv_transpose_efficiency"])),
-            memory_efficiency=float(doc.get("memory_efficiency", arch["memory_efficiency"])),
-            min_gemm_us=float(doc.get("min_gemm_us", arch["min_gemm_us"])),
-            attention_efficiency=float(doc.get("attention_efficiency", arch["attention_efficiency"])),
-            gemm_efficiency=float(doc.get("gemm_efficiency", arch["gemm_efficiency"])),
-            misaligned_memory_efficiency=table("misaligned_memory_efficiency"),
-            step=StepProfile(**{k: float(v) for k, v in {**arch.get("step", {}), **(doc.get("step") or {})}.items()}),
-            file=file,
-        )
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise ShapelintError(f"{where}: malformed GPU profile: {one_line(exc)}") from exc
-
-
-@functools.cache
-def builtin_profiles() -> dict[str, Hardware]:
-    out = {}
-    for path in sorted(PROFILE_DIR.glob("*.yaml")):
-        if path.name.startswith("_"):
-            continue
-        out[path.stem] = profile_from_dict(_shipped_yaml(path), path.stem, str(path))
-    return out
-
-
-def known_names() -> list[str]:
-    names = set()
-    for key, hw in builtin_profiles().items():
-        names.add(key)
-        names.update(hw.aliases)
-    return sorted(names)
-
-
-def resolve(name: str) -> Hardware:
-    """A GPU by its short, case-insensitive name (``h100``, ``a100-40gb``...)."""
-    wanted = name.strip().lower()
-    for key, hw in builtin_profiles().items():
-        if wanted == key or wanted in hw.aliases:
-            return hw
-    raise ShapelintError(f"unknown GPU {name!r}; known: {', '.join(known_names())}")
-
-
-def load_profile_file(path: str) -> Hardware:
-    """``--gpu-profile FILE``: a regular file of at most a few MiB, a YAML mapping."""
-    p = Path(path)
-    if not p.exists():
-        raise ShapelintError(f"--gpu-profile {path}: no such file")
-    doc = parse_yaml(read_text(p, f"--gpu-profile {path}"), path)
-    if not isinstance(doc, dict):
-        raise ShapelintError(f"{path}: a GPU profile must be a mapping")
-    return profile_from_dict(doc, p.stem, str(p))
-
-
-def local_gpu() -> Hardware | None:
-    """The profile of the local CUDA GPU, when there is one and we know it."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    name = torch.cuda.get_device_name().lower()
-    best = None
-    for key, hw in builtin_profiles().items():
-        words = [w for w in hw.name.lower().replace("nvidia", "").split() if w not in ("sxm", "sxm5", "pcie")]
-        if words and all(w in name for w in words[:2]):
-            if best is None or len(hw.name) > len(best.name):
-                best = hw
-    return best
-
-
-def default_gpu() -> Hardware:
-    return local_gpu() or resolve(DEFAULT_GPU)
 
 
 def ceil_div(a: int, b: int) -> int:
