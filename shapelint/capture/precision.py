@@ -10,23 +10,13 @@ from typing import Any
 import torch
 
 from shapelint.capture import autocast
+from shapelint.model.dtypes import AUTOCAST_PRECISIONS, NAMES_OF_TORCH, PRECISION_NAMES, TORCH_DTYPE_NAMES
 
-PRECISIONS: dict[str, torch.dtype] = {
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-    "fp32": torch.float32,
-    "tf32": torch.float32,
-}
+#: the compute precisions a user can train with, and the torch dtype GEMMs run in
+PRECISIONS: dict[str, torch.dtype] = {name: getattr(torch, TORCH_DTYPE_NAMES[name]) for name in PRECISION_NAMES}
 
-_DTYPE_NAMES: dict[torch.dtype, str] = {
-    torch.bfloat16: "bf16",
-    torch.float16: "fp16",
-    torch.float32: "fp32",
-    torch.float64: "fp64",
-    torch.int8: "int8",
-    torch.float8_e4m3fn: "fp8",
-    torch.float8_e5m2: "fp8",
-}
+_DTYPE_NAMES: dict[torch.dtype, str] = {getattr(torch, attr): name for attr, name in NAMES_OF_TORCH.items()
+                                        if hasattr(torch, attr)}
 
 
 def dtype_name(dtype: torch.dtype, precision: str) -> str:
@@ -34,9 +24,6 @@ def dtype_name(dtype: torch.dtype, precision: str) -> str:
     if name == "fp32" and precision == "tf32":
         return "tf32"
     return name
-
-
-AUTOCAST_PRECISIONS = frozenset({"bf16", "fp16"})
 
 
 def to_precision(model: torch.nn.Module, inputs: Any, precision: str) -> Any:

@@ -30,7 +30,8 @@ import yaml
 
 from shapelint.errors import ShapelintError
 from shapelint.hardware import PROFILE_DIR, Hardware, profile_from_dict
-from shapelint.model.records import TORCH_DTYPE_NAMES, Gemm
+from shapelint.model.dtypes import TORCH_DTYPE_NAMES
+from shapelint.model.records import Gemm
 from shapelint.physics.gemm_shapes import matrix
 from shapelint.price.gemm import gemm_time
 

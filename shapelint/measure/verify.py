@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from shapelint.hardware import Hardware
-from shapelint.model.records import TORCH_DTYPE_NAMES, Finding, Gemm, Operand
+from shapelint.model.dtypes import TORCH_DTYPE_NAMES
+from shapelint.model.records import Finding, Gemm, Operand
 
 #: timed repetitions and warm-up runs per kernel
 REPS = 50

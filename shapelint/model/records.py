@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from shapelint.model.dtypes import DTYPE_BYTES
+
 Phase = Literal["forward", "grad_input", "grad_weight", "recompute"]
 #: what a launched kernel does (``shapelint.physics.kernels`` says which op launches
 #: which): GEMM and attention kernels are timed by the GEMM model
@@ -27,28 +29,6 @@ Severity = Literal["info", "warning", "error"]
 #: how a proposal's gain is counted: wall-clock time of the same work, or work per
 #: second (padding a layer or raising the batch does more work in about the same time)
 Gain = Literal["time", "throughput"]
-
-#: bytes per element of each compute dtype a record can carry
-DTYPE_BYTES: dict[str, int] = {
-    "fp32": 4,
-    "tf32": 4,
-    "bf16": 2,
-    "fp16": 2,
-    "fp8": 1,
-    "int8": 1,
-    "fp64": 8,
-}
-
-#: the torch dtype (``getattr(torch, name)``) each compute dtype's tensors hold
-#: (tf32 is fp32 data on the TF32 tensor cores)
-TORCH_DTYPE_NAMES: dict[str, str] = {
-    "bf16": "bfloat16",
-    "fp16": "float16",
-    "fp32": "float32",
-    "tf32": "float32",
-    "fp64": "float64",
-}
-
 
 def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> int:
     """A GEMM's FLOPs: a multiply and an add per (m, n, k) point."""

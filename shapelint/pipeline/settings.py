@@ -16,9 +16,10 @@ from typing import Any, Literal
 
 from shapelint.errors import ShapelintError
 from shapelint.files import INT64_MAX
+from shapelint.model.dtypes import PRECISION_NAMES
 
 #: compute precisions a user may ask for (``--dtype`` and the ``dtype`` key)
-DTYPES = ("bf16", "fp16", "fp32", "tf32")
+DTYPES = PRECISION_NAMES
 #: report formats (``--format`` and the ``format`` key)
 FORMATS = ("text", "json", "sarif", "github")
 #: optimizers the step model prices (``--optimizer`` and the ``optimizer`` key)
