@@ -229,7 +229,8 @@ def misalignments(r: Any, bench: Bench, step_ms: float) -> list[dict[str, Any]]:
 
 
 def run_model(name: str, config: Path, bench: Bench) -> dict[str, Any]:
-    from shapelint.pipeline.run import Options, lint_target
+    from shapelint.pipeline.result import Options
+    from shapelint.pipeline.run import lint_target
 
     start = time.perf_counter()
     model: dict[str, Any] = {"model": name, "config": str(config)}

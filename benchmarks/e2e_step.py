@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from shapelint.check.run import builtin_rules
 from shapelint.hardware import default_gpu, resolve
 from shapelint.padding import mask_padded_logits
-from shapelint.pipeline.run import Options, lint_target
+from shapelint.pipeline.result import Options
+from shapelint.pipeline.run import lint_target
 
 ROOT = Path(__file__).resolve().parent.parent
 

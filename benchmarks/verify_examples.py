@@ -19,7 +19,8 @@ import torch
 from shapelint.check.run import builtin_rules
 from shapelint.hardware import default_gpu, resolve
 from shapelint.measure.verify import verify
-from shapelint.pipeline.run import Options, lint_target
+from shapelint.pipeline.result import Options
+from shapelint.pipeline.run import lint_target
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ["examples/nanogpt.py", "examples/mlp.py", "examples/mlp.yaml", "examples/convnet.py",

@@ -239,7 +239,8 @@ def run_one(model: str, mode: str, args: argparse.Namespace, folder: Path) -> di
     from shapelint import hardware
     from shapelint.check.run import builtin_rules
     from shapelint.measure import step as verify_step
-    from shapelint.pipeline.run import Options, lint_target
+    from shapelint.pipeline.result import Options
+    from shapelint.pipeline.run import lint_target
     from shapelint.price import Policy
 
     cfg, batch, seq = config_for(model, args.tiny)
@@ -338,7 +339,8 @@ def rescore(files: list[str], gpu: str | None) -> tuple[str, list[dict[str, Any]
     earlier run shows what the change does to every row, not only the one it targets."""
     from shapelint import hardware
     from shapelint.check.run import builtin_rules
-    from shapelint.pipeline.run import Options, lint_target
+    from shapelint.pipeline.result import Options
+    from shapelint.pipeline.run import lint_target
     from shapelint.price import Policy
 
     out = ["| run | model | mode | applied | measured ms | est. then | est. now | error now | measured × | "

@@ -15,7 +15,8 @@ from _cli_helpers import LINEAR_LINE, assert_one_error_line, run, snapshot, writ
 from shapelint import hardware
 from shapelint.check import run as check
 from shapelint.model.records import Source, Suggestion
-from shapelint.pipeline.run import Options, Result, lint_target, with_findings
+from shapelint.pipeline.result import Options, Result
+from shapelint.pipeline.run import lint_target, with_findings
 from shapelint.report import github, sarif, text
 
 

@@ -13,7 +13,8 @@ import torch
 from shapelint.check.run import builtin_rules
 from shapelint.hardware import resolve
 from shapelint.measure import step as vs
-from shapelint.pipeline.run import Options, Result, lint_target
+from shapelint.pipeline.result import Options, Result
+from shapelint.pipeline.run import lint_target
 from shapelint.price import Policy
 from shapelint.report.verification import report_lines
 

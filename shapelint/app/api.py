@@ -39,7 +39,8 @@ from shapelint.load.usercode import LOCK
 from shapelint.locate import suppress
 from shapelint.model.records import Finding, Gemm
 from shapelint.pipeline import settings
-from shapelint.pipeline.run import Options, Result, lint_module
+from shapelint.pipeline.result import Options, Result
+from shapelint.pipeline.run import lint_module
 from shapelint.pipeline.run import lint_target as _lint_path
 from shapelint.price import StepEstimate
 from shapelint.price.step import StepTime

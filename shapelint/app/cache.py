@@ -63,7 +63,7 @@ from shapelint.files import PACKAGE_DIR
 from shapelint.version import __version__
 
 if TYPE_CHECKING:
-    from shapelint.pipeline.run import Result
+    from shapelint.pipeline.result import Result
 
 #: the layout of a record: raise it whenever what a record holds changes meaning
 SCHEMA = 2
@@ -383,7 +383,7 @@ class Store:
         if doc is None or doc.get("target") != str(target.resolve()):
             return None
         from shapelint.model import serial
-        from shapelint.pipeline.run import result_from_data
+        from shapelint.pipeline.result import result_from_data
 
         try:
             return result_from_data(doc["result"])
@@ -392,7 +392,7 @@ class Store:
 
     def save(self, target: Path, options: str, result: Result, deps: dict[str, str]) -> None:
         """Store ``result`` with its dependencies' digests (taken before the lint read them)."""
-        from shapelint.pipeline.run import result_to_data
+        from shapelint.pipeline.result import result_to_data
 
         doc = {"env": environment(), "target": str(target.resolve()), "deps": deps, "result": result_to_data(result)}
         self._write(self._entry(target, options), doc)

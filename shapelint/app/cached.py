@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from shapelint.app.config import Config
     from shapelint.check.rule_api import Rule
     from shapelint.hardware import Hardware
-    from shapelint.pipeline.run import Options, Result
+    from shapelint.pipeline.result import Options, Result
     from shapelint.pipeline.settings import Settings
 
 #: these settings leave the cache alone: they do more than report

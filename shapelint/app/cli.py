@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from shapelint.app.config import Config
     from shapelint.check.rule_api import Rule
     from shapelint.locate import suppress
-    from shapelint.pipeline.run import Options, Result, TargetError
+    from shapelint.pipeline.result import Options, Result, TargetError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -341,7 +341,7 @@ def _check_outputs(args: argparse.Namespace, paths: list[Path], config_file: str
 def _failed(path: Path, exc: Exception) -> TargetError:
     """One target's failure: a one-line message (naming the target), printed now."""
     from shapelint.errors import describe
-    from shapelint.pipeline.run import TargetError
+    from shapelint.pipeline.result import TargetError
 
     text = describe(exc)
     if str(path) not in text:
@@ -436,7 +436,7 @@ def _options(flags: Settings, cfg: Config, own: set[str], dump_graph: str | None
     """One target's options: a flag, else the target's own setting (``own``: the keys
     its YAML sets, left None here so that the target's value applies), else the
     configuration file, else the built-in default (applied by ``lint_target``)."""
-    from shapelint.pipeline.run import Options
+    from shapelint.pipeline.result import Options
     from shapelint.price import Policy
 
     fixed = merged(flags, cfg)  # the settings a target cannot set

@@ -9,7 +9,7 @@ loads. A child process (``sys.executable``) imports everything afresh.
 
 What travels is data, never code: the job (each target with its options and GPU
 profile, the selected rule codes, ``--rules-dir``, ``sys.path``) as JSON on the
-child's stdin, and the results as JSON (:func:`shapelint.pipeline.run.result_to_data`)
+child's stdin, and the results as JSON (:func:`shapelint.pipeline.result.result_to_data`)
 in a file of a private temporary folder, so that whatever the user's code prints in
 the child cannot corrupt them. The child runs isolated from the environment's
 Python settings (``-I``: no script folder, in particular no ``json.py`` of the
@@ -34,7 +34,7 @@ from shapelint.errors import ShapelintError
 
 if TYPE_CHECKING:
     from shapelint.hardware import Hardware
-    from shapelint.pipeline.run import Options, Result
+    from shapelint.pipeline.result import Options, Result
 
 #: what the child runs: the job from stdin, this process's import path, then the lint
 _BOOT = ("import json, sys\n"
@@ -58,7 +58,7 @@ class Relinter:
     def job(self, targets: Sequence[str], out: str) -> dict[str, Any]:
         from shapelint.hardware import Hardware
         from shapelint.model import serial
-        from shapelint.pipeline.run import Options
+        from shapelint.pipeline.result import Options
 
         return {
             "targets": [{"target": t, "options": serial.encode(self.jobs[t][0], Options),
@@ -83,7 +83,7 @@ class Relinter:
 
 def _results(out: str, proc: subprocess.CompletedProcess[str], targets: Sequence[str]) -> list[Result]:
     from shapelint.model import serial
-    from shapelint.pipeline.run import result_from_data
+    from shapelint.pipeline.result import result_from_data
 
     try:
         with open(out, encoding="utf-8") as f:
@@ -127,7 +127,8 @@ def _lint_all(job: dict[str, Any]) -> list[Any]:
     from shapelint.errors import describe
     from shapelint.hardware import Hardware
     from shapelint.model import serial
-    from shapelint.pipeline.run import Options, lint_target, result_to_data
+    from shapelint.pipeline.result import Options, result_to_data
+    from shapelint.pipeline.run import lint_target
 
     codes = set(job["codes"])
     rules = [r for r in check.load_rules(job["rules_dirs"]) if r.code in codes]

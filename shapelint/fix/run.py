@@ -46,7 +46,8 @@ from shapelint.fix.python_edits import python_spans
 from shapelint.locate import pretrained as pretrained
 from shapelint.locate.config_keys import NOT_CONFIG_KEYS, is_library, leaf
 from shapelint.physics.attention import HEAD_DIM_PARAMS, HEADS_PARAMS
-from shapelint.pipeline.run import Result, with_findings
+from shapelint.pipeline.result import Result
+from shapelint.pipeline.run import with_findings
 
 #: sizes that grow by padding (zero weights for the new units, zeros fed to new inputs):
 #: the model computes the same; every other size change is unsafe

@@ -279,7 +279,8 @@ def host_speed(compiled: bool, hw: Hardware, steps: int = 20) -> float:
         step()
         host.append(time.perf_counter() - t)
     torch.cuda.synchronize()
-    from shapelint.pipeline.run import Options, lint_module
+    from shapelint.pipeline.result import Options
+    from shapelint.pipeline.run import lint_module
     from shapelint.price.step import step_time
 
     sm = lint_module(model, inputs, Options(compile=compiled), hw, []).step_model

@@ -67,7 +67,7 @@ from shapelint.errors import ShapelintError, one_line
 from shapelint.load.compile_probe import forget_warnings_once
 from shapelint.load.loaders import Built, build
 from shapelint.model.records import Finding
-from shapelint.pipeline.run import Result
+from shapelint.pipeline.result import Result
 
 #: alternating rounds: blocks per variant in each comparison
 ROUNDS = 5

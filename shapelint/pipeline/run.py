@@ -9,7 +9,7 @@ reporters (``shapelint.report``) render the ``Result``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,67 +28,11 @@ from shapelint.hardware import Hardware
 from shapelint.load.loaders import Loaded, load, token_count
 from shapelint.load.usercode import user_code
 from shapelint.locate.config_keys import locate_all
-from shapelint.model.records import Finding, GraphBreaks
+from shapelint.model.records import Finding
+from shapelint.pipeline.result import Options, Result
 from shapelint.pipeline.settings import default
-from shapelint.price import Policy, StepEstimate, StepModel, price, step_estimate
-from shapelint.price.step import Step, StepTime
-
-
-@dataclass
-class Options:
-    """One target's settings, as the command line and configuration resolved them;
-    None means "not given": the target's own setting, else the built-in default."""
-
-    dtype: str | None = None
-    training: bool | None = None
-    batch: int | None = None
-    seq: int | None = None
-    tp: int | None = None
-    #: price the step as torch.compile runs it (None: the target's setting, else eager)
-    compile: bool | None = None
-    #: the optimizer step priced (shapelint.pipeline.settings.OPTIMIZERS; None: the default, adamw)
-    optimizer: str | None = None
-    dump_graph: str | None = None
-    #: packages outside a YAML target's project whose builders it may name (``allow-builders``)
-    allow_builders: tuple[str, ...] = ()
-    policy: Policy = field(default_factory=Policy)
-
-
-@dataclass
-class Result:
-    """Everything one target produced, for the reporters."""
-
-    target: str
-    kind: str
-    precision: str
-    training: bool
-    capture: Capture
-    tokens: int | None
-    findings: list[Finding]
-    step: StepEstimate
-    hardware: Hardware
-    config_file: str | None = None
-    #: tensor-parallel degree: the GEMMs are one GPU's shard
-    tp: int = 1
-    #: the reporting policy this result was produced with (--verify confirms against it)
-    policy: Policy = field(default_factory=Policy)
-    #: the whole training step (shapelint.price.step): before and after every finding
-    step_model: StepModel | None = field(default=None, repr=False)
-    step_time: StepTime | None = None
-    step_time_after: StepTime | None = None
-    #: the options the target was linted with (``--verify --step`` builds it at the same size)
-    options: Options | None = field(default=None, repr=False)
-    #: what ``--verify --step`` measured (``shapelint.measure.step``), for the reporters
-    step_verification: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class TargetError:
-    """A target that could not be linted (the run goes on with the others): its
-    one-line reason, as printed on stderr and listed in the JSON/SARIF ``errors``."""
-
-    target: str
-    message: str
+from shapelint.price import StepModel, price, step_estimate
+from shapelint.price.step import Step
 
 
 def resolve_precision(opts: Options, loaded: Loaded) -> str:
@@ -177,44 +121,7 @@ def with_findings(result: Result, findings: list[Finding]) -> Result:
                    step_time_after=after)
 
 
-def result_to_data(result: Result) -> dict[str, Any]:
-    """``result`` as inert JSON data (:mod:`shapelint.model.serial`); the step model is kept
-    as what rebuilds it from the capture (its mode, optimizer and torch.compile graphs)."""
-    from shapelint.model import serial
-
-    data: dict[str, Any] = serial.encode(replace(result, step_model=None))
-    sm = result.step_model
-    data["step_model"] = None if sm is None else {
-        "mode": sm.mode, "optimizer": sm.optimizer, "graphs": serial.encode(sm.step.graphs, GraphBreaks | None)}
-    return data
-
-
-def result_from_data(data: Any) -> Result:
-    """The ``Result`` that :func:`result_to_data` wrote, or :class:`shapelint.model.serial.DecodeError`."""
-    from shapelint.model import serial
-    from shapelint.price.step import MODES
-
-    if not isinstance(data, dict):
-        raise serial.DecodeError("$: expected an object for Result")
-    model = data.get("step_model")
-    result: Result = serial.decode(Result, {**data, "step_model": None})
-    if model is None:
-        return result
-    if not isinstance(model, dict) or set(model) != {"mode", "optimizer", "graphs"} or model["mode"] not in MODES \
-            or not isinstance(model["optimizer"], str):
-        raise serial.DecodeError("$.step_model: expected its mode, optimizer and graphs")
-    cap = result.capture
-    step = Step(cap.gemms, cap.ops, cap.params, result.training, cap.syncs, cap.breaks,
-                serial.decode(GraphBreaks | None, model["graphs"]))
-    try:
-        sm = StepModel(step, result.hardware, model["mode"], model["optimizer"])
-    except (KeyError, ValueError, TypeError, IndexError) as exc:
-        raise serial.DecodeError(f"$.step_model: {exc}") from None
-    return replace(result, step_model=sm)
-
-
-__all__ = ["Options", "Result", "TargetError", "lint_loaded", "lint_module", "lint_target", "result_from_data",
-           "result_to_data", "with_findings"]
+__all__ = ["lint_loaded", "lint_module", "lint_target", "resolve_precision", "trace", "vocab_sizes", "with_findings"]
 
 
 def trace(build: Callable[[], tuple[torch.nn.Module, Any]], *, precision: str = "bf16",

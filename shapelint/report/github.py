@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from shapelint.pipeline.run import Result, TargetError
+from shapelint.pipeline.result import Result, TargetError
 from shapelint.report.sarif import location, message, relative_path
 
 LEVELS = {"error": "error", "warning": "warning", "info": "notice"}

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from shapelint.pipeline.run import Result, TargetError
+from shapelint.pipeline.result import Result, TargetError
 from shapelint.version import __version__
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shapelint.errors import ShapelintError
-from shapelint.pipeline.run import Result
+from shapelint.pipeline.result import Result
 
 SUFFIXES = (".png", ".svg")
 INSTALL_HINT = "pip install 'shapelint[plot]'"

@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 from shapelint.check.rule_api import Rule
 from shapelint.model.records import Finding
-from shapelint.pipeline.run import Result, TargetError
+from shapelint.pipeline.result import Result, TargetError
 from shapelint.version import __version__
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shapelint.model.records import Finding
-from shapelint.pipeline.run import Result
+from shapelint.pipeline.result import Result
 from shapelint.report.text import SEVERITY_STYLE, gemm_count_line, step_line
 
 #: the table's columns, in order

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shapelint.model.records import Finding
-from shapelint.pipeline.run import Result
+from shapelint.pipeline.result import Result
 from shapelint.price.gemm import gemm_time
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}

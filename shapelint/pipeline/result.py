@@ -1,0 +1,111 @@
+"""What linting one target produces: its ``Options`` (as the command line and
+configuration resolved them), the ``Result`` every reporter, ``--fix`` and ``--verify``
+read, a target that failed (``TargetError``), and the Result as inert JSON data (the
+result cache and the ``--fix`` re-lint carry it between processes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from shapelint.capture.run import Capture
+from shapelint.hardware import Hardware
+from shapelint.model.records import Finding, GraphBreaks
+from shapelint.price import Policy, StepEstimate, StepModel
+from shapelint.price.step import Step, StepTime
+
+
+@dataclass
+class Options:
+    """One target's settings, as the command line and configuration resolved them;
+    None means "not given": the target's own setting, else the built-in default."""
+
+    dtype: str | None = None
+    training: bool | None = None
+    batch: int | None = None
+    seq: int | None = None
+    tp: int | None = None
+    #: price the step as torch.compile runs it (None: the target's setting, else eager)
+    compile: bool | None = None
+    #: the optimizer step priced (shapelint.pipeline.settings.OPTIMIZERS; None: the default, adamw)
+    optimizer: str | None = None
+    dump_graph: str | None = None
+    #: packages outside a YAML target's project whose builders it may name (``allow-builders``)
+    allow_builders: tuple[str, ...] = ()
+    policy: Policy = field(default_factory=Policy)
+
+
+@dataclass
+class Result:
+    """Everything one target produced, for the reporters."""
+
+    target: str
+    kind: str
+    precision: str
+    training: bool
+    capture: Capture
+    tokens: int | None
+    findings: list[Finding]
+    step: StepEstimate
+    hardware: Hardware
+    config_file: str | None = None
+    #: tensor-parallel degree: the GEMMs are one GPU's shard
+    tp: int = 1
+    #: the reporting policy this result was produced with (--verify confirms against it)
+    policy: Policy = field(default_factory=Policy)
+    #: the whole training step (shapelint.price.step): before and after every finding
+    step_model: StepModel | None = field(default=None, repr=False)
+    step_time: StepTime | None = None
+    step_time_after: StepTime | None = None
+    #: the options the target was linted with (``--verify --step`` builds it at the same size)
+    options: Options | None = field(default=None, repr=False)
+    #: what ``--verify --step`` measured (``shapelint.measure.step``), for the reporters
+    step_verification: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class TargetError:
+    """A target that could not be linted (the run goes on with the others): its
+    one-line reason, as printed on stderr and listed in the JSON/SARIF ``errors``."""
+
+    target: str
+    message: str
+
+
+def result_to_data(result: Result) -> dict[str, Any]:
+    """``result`` as inert JSON data (:mod:`shapelint.model.serial`); the step model is kept
+    as what rebuilds it from the capture (its mode, optimizer and torch.compile graphs)."""
+    from shapelint.model import serial
+
+    data: dict[str, Any] = serial.encode(replace(result, step_model=None))
+    sm = result.step_model
+    data["step_model"] = None if sm is None else {
+        "mode": sm.mode, "optimizer": sm.optimizer, "graphs": serial.encode(sm.step.graphs, GraphBreaks | None)}
+    return data
+
+
+def result_from_data(data: Any) -> Result:
+    """The ``Result`` that :func:`result_to_data` wrote, or :class:`shapelint.model.serial.DecodeError`."""
+    from shapelint.model import serial
+    from shapelint.price.step import MODES
+
+    if not isinstance(data, dict):
+        raise serial.DecodeError("$: expected an object for Result")
+    model = data.get("step_model")
+    result: Result = serial.decode(Result, {**data, "step_model": None})
+    if model is None:
+        return result
+    if not isinstance(model, dict) or set(model) != {"mode", "optimizer", "graphs"} or model["mode"] not in MODES \
+            or not isinstance(model["optimizer"], str):
+        raise serial.DecodeError("$.step_model: expected its mode, optimizer and graphs")
+    cap = result.capture
+    step = Step(cap.gemms, cap.ops, cap.params, result.training, cap.syncs, cap.breaks,
+                serial.decode(GraphBreaks | None, model["graphs"]))
+    try:
+        sm = StepModel(step, result.hardware, model["mode"], model["optimizer"])
+    except (KeyError, ValueError, TypeError, IndexError) as exc:
+        raise serial.DecodeError(f"$.step_model: {exc}") from None
+    return replace(result, step_model=sm)
+
+
+__all__ = ["Options", "Result", "TargetError", "result_from_data", "result_to_data"]
