@@ -242,6 +242,7 @@ def run_one(model: str, mode: str, args: argparse.Namespace, folder: Path) -> di
     from shapelint.pipeline.result import Options
     from shapelint.pipeline.run import lint_target
     from shapelint.price import Policy
+    from shapelint.report.verification import report_lines
 
     cfg, batch, seq = config_for(model, args.tiny)
     path = folder / model / "config.json"
@@ -262,7 +263,7 @@ def run_one(model: str, mode: str, args: argparse.Namespace, folder: Path) -> di
     v = verify_step.verify_result(r, verify_step.RunOptions(
         device=args.device, schedule=schedule, backend=args.backend, note=lambda m: log("  " + m)))
     verify_s = time.monotonic() - t
-    for line in verify_step.report_lines(v):
+    for line in report_lines(v):
         log("  " + line)
     this_host = None
     if args.host_speed and r.step_model is not None:  # the same estimate at this machine's host rate

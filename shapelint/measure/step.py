@@ -25,14 +25,14 @@ For one linted target (a :class:`shapelint.lint.Result`):
    inference target runs the forward under ``no_grad``. With ``--compile`` the forward
    and loss run under ``torch.compile`` (default mode, ``dynamic=False``); the
    optimizer stays eager, as ``torch.compile(model)`` leaves it.
-3. **Timing** (the method of ``benchmarks/step_gpu.py``): each variant runs one step
-   (compiling, under ``--compile``; its wall time is ``compile_s``) and
-   :data:`WARMUP` more (:data:`COMPILE_EXTRA_WARMUP` more again, compiled), untimed.
-   Then *before* and one other variant alternate in blocks, A B A B ... (:data:`ROUNDS`
-   blocks each, :data:`STEPS_PER_BLOCK` steps a block), on the same input tensors (a variant whose inputs change shape, a padded
-   input layer's, gets its own, from the same seed). A pair of CUDA events brackets
-   every step and nothing synchronises inside a block. A variant's time is the median
-   of its steps.
+3. **Timing** (the method of ``benchmarks/step_gpu.py``, docs/step-measurements.md;
+   the timer and its warm-up counts: :mod:`shapelint.measure.timer`): each variant runs
+   one step (compiling, under ``--compile``; its wall time is ``compile_s``) and a few
+   more, untimed. Then *before* and one other variant alternate in blocks, A B A B ...
+   (:data:`ROUNDS` blocks each, :data:`STEPS_PER_BLOCK` steps a block), on the same
+   input tensors (a variant whose inputs change shape, a padded input layer's, gets its
+   own, from the same seed). A pair of CUDA events brackets every step and nothing
+   synchronises inside a block. A variant's time is the median of its steps.
 4. **Confirmation.** Each round gives a speedup (before's block mean over the other's);
    the *noise* is half the range of those, at least :data:`NOISE_FLOOR`. A change is
    *confirmed* when its measured speedup (median over median) is at least
@@ -53,11 +53,10 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -66,6 +65,7 @@ from shapelint.capture.run import loss_or_outputs, split_inputs
 from shapelint.errors import ShapelintError, one_line
 from shapelint.load.compile_probe import forget_warnings_once
 from shapelint.load.loaders import Built, build
+from shapelint.measure.timer import COMPILE_EXTRA_WARMUP, STEP_WARMUP, BlockTimer, block_timer, first_call_s, warm_up
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Result
 
@@ -73,10 +73,6 @@ from shapelint.pipeline.result import Result
 ROUNDS = 5
 #: timed steps in one block
 STEPS_PER_BLOCK = 10
-#: untimed steps after a variant's first step (which compiles under --compile)
-WARMUP = 3
-#: more untimed steps under --compile (Inductor's autotuned kernels settle; step_gpu.py's choice)
-COMPILE_EXTRA_WARMUP = 2
 #: the smallest noise a comparison assumes (0.5%): below it, a speedup is not confirmed
 NOISE_FLOOR = 0.005
 #: per-finding variants are built when 2 to this many findings are applied (each
@@ -94,44 +90,7 @@ MIRROR_SKIP = frozenset({"__pycache__", "site-packages", "dist-packages", "node_
 class Schedule:
     rounds: int = ROUNDS
     steps: int = STEPS_PER_BLOCK
-    warmup: int = WARMUP
-
-
-class BlockTimer(Protocol):
-    """Runs ``step`` ``n`` times (a block of variant ``label``) and returns each step's ms."""
-
-    def __call__(self, label: str, step: Callable[[], object], n: int) -> list[float]: ...
-
-
-def cuda_timer() -> BlockTimer:
-    """A pair of CUDA events around every step, one synchronisation after the block."""
-
-    def timer(label: str, step: Callable[[], object], n: int) -> list[float]:
-        marks = []
-        for _ in range(n):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            marks.append((start, end))
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in marks]
-
-    return timer
-
-
-def wall_timer() -> BlockTimer:
-    """``time.perf_counter`` around every step (the CPU runs a step synchronously)."""
-
-    def timer(label: str, step: Callable[[], object], n: int) -> list[float]:
-        out = []
-        for _ in range(n):
-            t = time.perf_counter()
-            step()
-            out.append((time.perf_counter() - t) * 1e3)
-        return out
-
-    return timer
+    warmup: int = STEP_WARMUP
 
 
 # -- statistics ---------------------------------------------------------------------
@@ -312,25 +271,16 @@ def _dynamo_graphs() -> int:
 
 
 def warm(t: Trainer, device: str, warmup: int, compiled: bool) -> None:
-    """The first step (compiling, under torch.compile) and ``warmup`` more, untimed."""
+    """The first step (compiling, under torch.compile) and ``warmup`` more, untimed
+    (``shapelint.measure.timer`` states the method)."""
     if compiled:
         forget_warnings_once()
     graphs = _dynamo_graphs()
-    start = time.perf_counter()
-    t.step()
-    _sync(device)
-    t.first_step_s = time.perf_counter() - start
+    t.first_step_s = first_call_s(t.step, device)
     if compiled:
         t.compile_s = t.first_step_s
         t.graphs = _dynamo_graphs() - graphs
-    for _ in range(warmup + (COMPILE_EXTRA_WARMUP if compiled else 0)):
-        t.step()
-    _sync(device)
-
-
-def _sync(device: str) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
+    warm_up(t.step, device, warmup + (COMPILE_EXTRA_WARMUP if compiled else 0))
 
 
 @contextlib.contextmanager
@@ -579,7 +529,7 @@ def verify_result(r: Result, opts: RunOptions | None = None) -> dict[str, Any]:
     mode = r.step_time.mode
     compiled = mode == "compile"
     applied, not_applied = plan(r)
-    timer = opts.timer or (cuda_timer() if torch.device(opts.device).type == "cuda" else wall_timer())
+    timer = opts.timer or block_timer(opts.device)
     groups = [("after", tuple(f for f, _ in applied))]
     per_finding_note = ""
     if len(applied) > PER_FINDING_MAX or (len(applied) > 1 and not opts.per_finding):
@@ -771,5 +721,5 @@ def cli_options(console: Any) -> RunOptions:
 # -- the text report ------------------------------------------------------------------------
 
 
-__all__ = ["Comparison", "RunOptions", "Samples", "Schedule", "alternate", "cli_options", "cuda_timer", "make_trainer",
-           "verify_result", "verify_results", "wall_timer"]
+__all__ = ["Comparison", "RunOptions", "Samples", "Schedule", "alternate", "cli_options", "make_trainer",
+           "verify_result", "verify_results"]
