@@ -19,6 +19,7 @@ from shapelint.hardware import Hardware
 from shapelint.measure.kernels import BlockRunner, Runner, gpu_block_runner, gpu_runner, kernel_key
 from shapelint.measure.timer import KernelTimer, Timing, cuda_timer
 from shapelint.model.records import Finding, Gemm
+from shapelint.model.verification import NOT_RUN, FindingVerification, GemmTiming
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,12 @@ class GemmCheck:
             return None
         return flops / (t.median * 1e-3) / (self.peak_tflops * 1e12)
 
+    def timing(self) -> GemmTiming:
+        """As the report gives it (ms and fractions of peak to 4 decimals)."""
+        return GemmTiming(self.index, self.op, self.phase, _r(self.before.median if self.before else None),
+                          _r(self.after.median if self.after else None), _r(self.tflops_fraction("before")),
+                          _r(self.tflops_fraction("after")))
+
 
 @dataclass(frozen=True)
 class FindingCheck:
@@ -61,6 +68,12 @@ class FindingCheck:
     def confirmed(self, threshold: float) -> bool:
         m = self.measured_speedup
         return m is not None and m >= threshold
+
+    def verification(self, threshold: float) -> FindingVerification:
+        """As the report gives it: the status against ``threshold``, ms to 4 decimals."""
+        return FindingVerification("confirmed" if self.confirmed(threshold) else "not confirmed",
+                                   round(self.before_ms, 4), round(self.after_ms, 4),
+                                   tuple(c.timing() for c in self.gemms))
 
 
 def check_finding(f: Finding, gemms: Sequence[Gemm], hw: Hardware, timer: KernelTimer, runner: Runner,
@@ -124,29 +137,15 @@ def _timed(g: Gemm, timer: KernelTimer, runner: Runner, cache: dict[Any, Timing 
 
 
 def apply(findings: Sequence[Finding], checks: dict[int, FindingCheck], threshold: float) -> list[Finding]:
-    """Findings with ``measured_speedup`` and verification details; a finding
-    measured below ``threshold`` is marked not confirmed."""
+    """Findings with ``measured_speedup`` and their verification; a finding measured
+    below ``threshold`` is marked not confirmed."""
     out = []
     for i, f in enumerate(findings):
         c = checks.get(i)
         if c is None:
-            out.append(replace(f, verification={"status": "not run"}))
+            out.append(replace(f, verification=NOT_RUN))
             continue
-        frac_b = [x.tflops_fraction("before") for x in c.gemms]
-        frac_a = [x.tflops_fraction("after") for x in c.gemms]
-        verify: dict[str, object] = {
-            "status": "confirmed" if c.confirmed(threshold) else "not confirmed",
-            "before_ms": round(c.before_ms, 4),
-            "after_ms": round(c.after_ms, 4),
-            "gemms": [
-                {"index": x.index, "op": x.op, "phase": x.phase,
-                 "before_ms": _r(x.before.median if x.before else None),
-                 "after_ms": _r(x.after.median if x.after else None),
-                 "before_peak_fraction": _r(fb), "after_peak_fraction": _r(fa)}
-                for x, fb, fa in zip(c.gemms, frac_b, frac_a)
-            ],
-        }
-        out.append(replace(f, measured_speedup=c.measured_speedup, verification=verify))
+        out.append(replace(f, measured_speedup=c.measured_speedup, verification=c.verification(threshold)))
     return out
 
 
@@ -155,7 +154,8 @@ def _r(x: float | None) -> float | None:
 
 
 def confirmed(f: Finding) -> bool:
-    return f.verification is None or f.verification.get("status") != "not confirmed"
+    """Not refuted: unverified, or measured at least the threshold."""
+    return f.verification is None or not f.verification.refuted
 
 
 def verify(findings: Sequence[Finding], gemms: Sequence[Gemm], hw: Hardware, threshold: float,

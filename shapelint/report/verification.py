@@ -1,9 +1,27 @@
-"""The text report's lines for what ``--verify --step`` measured
-(``Result.step_verification``, written by :mod:`shapelint.measure.step`)."""
+"""The text report's lines for what ``--verify`` measured of a finding
+(``Finding.verification``) and what ``--verify --step`` measured of a target's step
+(``Result.step_verification``), both written by :mod:`shapelint.measure`."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from rich.text import Text
+
+from shapelint.model.verification import FindingVerification
+
+
+def finding_line(v: FindingVerification | None) -> Text | None:
+    """A finding's ``--verify`` line: the status, the covered work's time before and
+    after, and each GEMM's share of the peak; None when it was not verified."""
+    if v is None or not v.ran:
+        return None
+    fractions = [(g.before_peak_fraction, g.after_peak_fraction) for g in v.gemms
+                 if g.before_peak_fraction is not None and g.after_peak_fraction is not None]
+    peak = "; % of peak before → after: " + ", ".join(f"{100 * b:.0f}→{100 * a:.0f}" for b, a in fractions) \
+        if fractions else ""
+    style = "green" if v.status == "confirmed" else "yellow"
+    return Text.assemble("      ", (v.status, style), f": {v.before_ms:.3f} ms → {v.after_ms:.3f} ms measured{peak}")
 
 
 def _verdict(confirmed: bool | None, threshold: float | None) -> str:
@@ -48,4 +66,4 @@ def report_lines(v: dict[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["report_lines"]
+__all__ = ["finding_line", "report_lines"]
