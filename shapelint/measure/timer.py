@@ -17,7 +17,7 @@ module states each method once.
   ``torch.compile``) synchronised and wall-clocked (:func:`first_call_s`), then
   :data:`STEP_WARMUP` more untimed (:data:`COMPILE_EXTRA_WARMUP` more again when
   compiled; :func:`warm_up`). How blocks alternate and what their times say:
-  ``shapelint.measure.step``.
+  ``shapelint.measure.step_blocks`` and ``shapelint.measure.step_report``.
 - **The wall clock** (:func:`wall_timer`, :func:`wall_block_timer`): ``time.perf_counter``
   around each call, for the CPU, where a call runs synchronously (the tests' runs, a CPU
   smoke run of a benchmark), with the same warm-up and repetition counts.
