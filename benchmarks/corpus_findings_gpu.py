@@ -35,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -82,34 +81,23 @@ def shrink(config: Path, folder: Path) -> Path:
     return out
 
 
-def cpu_timer(reps: int = 3) -> Callable[[Callable[[], object]], list[float]]:
-    def timer(fn: Callable[[], object]) -> list[float]:
-        fn()
-        out = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - start) * 1e3)
-        return out
-    return timer
-
-
 class Bench:
     """What one run measures with: the GPU profile, rules, timer and kernel runners."""
 
     def __init__(self, args: argparse.Namespace, deadline: float):
         from shapelint import hardware
         from shapelint.check import run as check
-        from shapelint.measure import verify
+        from shapelint.measure import kernels, timer
 
         self.args, self.deadline = args, deadline
         cuda = args.device == "cuda"
         self.hw = hardware.resolve(args.gpu) if args.gpu else (hardware.default_gpu() if cuda else
                                                                 hardware.resolve("h100"))
         self.rules = check.load_rules(())
-        self.timer = verify.cuda_timer() if cuda else cpu_timer(reps=1)  # CPU: a smoke test, timings mean nothing
-        self.runner = verify.gpu_runner(args.device)
-        self.block_runner = verify.gpu_block_runner(args.device)
+        # CPU: a smoke test, timings mean nothing
+        self.timer = timer.cuda_timer() if cuda else timer.wall_timer(reps=1, warmup=1)
+        self.runner = kernels.gpu_runner(args.device)
+        self.block_runner = kernels.gpu_block_runner(args.device)
         self.cache: dict[Any, float | None] = {}  # kernel key -> median ms
 
     def left(self) -> None:
@@ -118,15 +106,16 @@ class Bench:
 
     def ms(self, g: Any) -> float | None:
         """Median time of the kernel ``g`` runs (0 for a part of a fused kernel timed with its first GEMM)."""
-        from shapelint.measure import verify
+        from shapelint.measure.kernels import kernel_key
+        from shapelint.measure.timer import Timing
 
-        key = verify._kernel_key(g)
+        key = kernel_key(g)
         if key is None:
             return 0.0
         if key not in self.cache:
             self.left()
             fn = self.runner(g)
-            self.cache[key] = verify.Timing(tuple(self.timer(fn))).median if fn is not None else None
+            self.cache[key] = Timing(tuple(self.timer(fn))).median if fn is not None else None
         return self.cache[key]
 
 

@@ -58,7 +58,7 @@ def kernel_ms(fn: Callable[[], object], steps: int = 10) -> dict[str, float]:
 
 
 def event_ms(fn: Callable[[], object], reps: int = 30) -> float:
-    from shapelint.measure.verify import cuda_timer
+    from shapelint.measure.timer import cuda_timer
 
     return statistics.median(cuda_timer(reps=reps)(fn))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from shapelint.measure.verify import cuda_timer
+from shapelint.measure.timer import cuda_timer
 
 
 def lm_head_ms(vocab: int, timer, tokens: int = 8192, width: int = 768) -> dict[str, float]:

@@ -239,9 +239,11 @@ def run_one(model: str, mode: str, args: argparse.Namespace, folder: Path) -> di
     from shapelint import hardware
     from shapelint.check.run import builtin_rules
     from shapelint.measure import step as verify_step
+    from shapelint.measure.step_blocks import Schedule
     from shapelint.pipeline.result import Options
     from shapelint.pipeline.run import lint_target
     from shapelint.price import Policy
+    from shapelint.report.verification import report_lines
 
     cfg, batch, seq = config_for(model, args.tiny)
     path = folder / model / "config.json"
@@ -257,12 +259,12 @@ def run_one(model: str, mode: str, args: argparse.Namespace, folder: Path) -> di
     r = lint_target(path, opts, hw, builtin_rules())
     lint_s = time.monotonic() - t
     log(f"  linted in {lint_s:.1f} s: " + (", ".join(f"{f.code} {f.suggestion}" for f in r.findings) or "no findings"))
-    schedule = verify_step.Schedule(args.rounds, args.steps, args.warmup)
+    schedule = Schedule(args.rounds, args.steps, args.warmup)
     t = time.monotonic()
     v = verify_step.verify_result(r, verify_step.RunOptions(
         device=args.device, schedule=schedule, backend=args.backend, note=lambda m: log("  " + m)))
     verify_s = time.monotonic() - t
-    for line in verify_step.report_lines(v):
+    for line in report_lines(v):
         log("  " + line)
     this_host = None
     if args.host_speed and r.step_model is not None:  # the same estimate at this machine's host rate
@@ -282,7 +284,7 @@ def run_one(model: str, mode: str, args: argparse.Namespace, folder: Path) -> di
                           else None, "step_ms_saved": f.step_ms_saved} for f in r.findings],
             "step": r.step_time.to_json() if r.step_time else None,
             "step_after": r.step_time_after.to_json() if r.step_time_after else None,
-            "step_verification": v, "est_ms_this_host": this_host}
+            "step_verification": v.to_json(), "est_ms_this_host": this_host}
 
 
 def _f(x: Any, fmt: str) -> str:

@@ -10,7 +10,9 @@ from torch import nn
 from shapelint.check.rule_api import RuleContext
 from shapelint.check.run import builtin_rules, run_rules
 from shapelint.hardware import resolve
-from shapelint.measure.verify import Timing, check_finding, confirmed, materialize, verify
+from shapelint.measure.kernels import materialize
+from shapelint.measure.timer import Timing
+from shapelint.measure.verify import check_finding, confirmed, verify
 from shapelint.pipeline.run import trace, vocab_sizes
 from shapelint.price import price
 
@@ -101,7 +103,7 @@ def test_materialize_reproduces_recorded_layouts() -> None:
 
 
 def test_sdpa_kernels_are_timed_once_per_kernel() -> None:
-    from shapelint.measure.verify import _kernel_key
+    from shapelint.measure.kernels import kernel_key
 
     class Attn(nn.Module):
         def forward(self, q, k, v):
@@ -109,7 +111,7 @@ def test_sdpa_kernels_are_timed_once_per_kernel() -> None:
 
     q = lambda: torch.randn(2, 4, 64, 100, requires_grad=True)
     cap, _ = trace(lambda: (Attn(), (q(), q(), q())))
-    keys = {_kernel_key(g) for g in cap.gemms}
+    keys = {kernel_key(g) for g in cap.gemms}
     assert len([k for k in keys if k is not None]) == 2  # the forward and the backward kernel
     assert all(dict(g.extra)["is_causal"] for g in cap.gemms)
 
@@ -139,14 +141,14 @@ def test_calibrate_fit_makes_a_loadable_profile_from_measurements() -> None:
     from dataclasses import replace as dc_replace
 
     from shapelint.hardware import profile_from_dict
-    from shapelint.measure.calibrate import WAVE_K, WAVE_M, WAVE_NS, _gemm, closest_base, fit
+    from shapelint.measure.calibrate import WAVE_K, WAVE_M, WAVE_NS, closest_base, fit, row_major_gemm
     from shapelint.price.gemm import gemm_time
 
     base = closest_base("NVIDIA H200")
     assert base["aliases"] == ["h200"]
     truth = dc_replace(profile_from_dict(base, "h200"), wave_weight=0.7)
     rows = [{"tag": "wave", "M": WAVE_M, "N": n, "K": WAVE_K, "dtype": "bf16",
-             "ms": gemm_time(_gemm(WAVE_M, n, WAVE_K, "bf16"), truth).seconds * 1e3} for n in WAVE_NS]
+             "ms": gemm_time(row_major_gemm(WAVE_M, n, WAVE_K, "bf16"), truth).seconds * 1e3} for n in WAVE_NS]
     rows.append({"tag": "typical", "M": 8192, "N": 8192, "K": 8192, "dtype": "bf16",
                  "ms": 2 * 8192**3 / (700e12) * 1e3})
     measured = {"bf16_tflops": 800.0, "copy_tbps": 4.0, "rows": rows,
@@ -174,7 +176,7 @@ def test_calibrate_measures_the_step_table_on_a_gpu() -> None:
     """On a real GPU: every step key measured, each within physical bounds."""
     from shapelint.hardware import STEP_KEYS, resolve
     from shapelint.measure.calibrate import measure_step
-    from shapelint.measure.verify import cuda_timer
+    from shapelint.measure.timer import cuda_timer
 
     h100 = resolve("h100")
     step = measure_step(cuda_timer(), h100, compile=False, log=lambda _: None)
@@ -204,7 +206,7 @@ def test_verify_measures_the_lm_head_on_a_gpu() -> None:
 @cuda
 def test_materialized_layouts_run_through_cublas_on_a_gpu() -> None:
     gemms, _, _ = lm_head_findings()
-    from shapelint.measure.verify import gpu_runner
+    from shapelint.measure.kernels import gpu_runner
 
     run = gpu_runner()
     for g in gemms:

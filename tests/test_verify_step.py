@@ -12,7 +12,13 @@ import torch
 
 from shapelint.check.run import builtin_rules
 from shapelint.hardware import resolve
+from shapelint.load import compile_probe
 from shapelint.measure import step as vs
+from shapelint.measure import step_blocks as blocks
+from shapelint.measure import step_report as compare
+from shapelint.measure import step_variants as variants
+from shapelint.model.records import GraphBreaks
+from shapelint.model.step_verification import StepComparison, StepVerification, VariantRun
 from shapelint.pipeline.result import Options, Result
 from shapelint.pipeline.run import lint_target
 from shapelint.price import Policy
@@ -51,7 +57,7 @@ def shapelint_model(batch: int = 4, seq: int = 128):
 #: the vocabulary computed, not a literal: --fix cannot apply it
 COMPUTED = MODEL.replace("nn.Linear(256, 5001, bias=False)", "nn.Linear(256, 5000 + 1, bias=False)")
 
-SMALL = vs.Schedule(rounds=2, steps=2, warmup=1)
+SMALL = blocks.Schedule(rounds=2, steps=2, warmup=1)
 
 #: one pytest-xdist worker runs this module: the module-scoped lints below, and the
 #: first real GPT-2 and torch.compile in a process, are paid once
@@ -119,17 +125,17 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_alternate_runs_the_variants_block_by_block_in_turn() -> None:
     timer = Scripted({"before": 10.0, "after": 8.0, "f1": 9.0})
-    samples, order = vs.alternate([("before", lambda: None), ("after", lambda: None), ("f1", lambda: None)],
-                                  timer, rounds=3, n=4)
+    samples, order = blocks.alternate([("before", lambda: None), ("after", lambda: None), ("f1", lambda: None)],
+                                      timer, rounds=3, n=4)
     assert order == ["before", "after", "f1"] * 3
     assert timer.calls == [("before", 4), ("after", 4), ("f1", 4)] * 3
     assert samples["before"].steps == (10.0,) * 12 and samples["after"].blocks == (8.0, 8.0, 8.0)
 
 
 def test_medians_block_means_and_the_noise_threshold() -> None:
-    before = vs.Samples((10.0, 12.0, 11.0, 30.0), (11.0, 20.5))  # a slow outlier: the median ignores it
-    after = vs.Samples((8.0, 9.0, 10.0, 9.5), (8.5, 9.75))
-    c = vs.Comparison(before, after)
+    before = blocks.Samples((10.0, 12.0, 11.0, 30.0), (11.0, 20.5))  # a slow outlier: the median ignores it
+    after = blocks.Samples((8.0, 9.0, 10.0, 9.5), (8.5, 9.75))
+    c = compare.Comparison(before, after)
     assert before.median == 11.5 and after.median == 9.25
     assert c.speedup == pytest.approx(11.5 / 9.25)
     assert c.round_speedups == pytest.approx((11.0 / 8.5, 20.5 / 9.75))
@@ -139,10 +145,10 @@ def test_medians_block_means_and_the_noise_threshold() -> None:
 
 
 def test_the_noise_has_a_floor_and_a_speedup_above_it_is_confirmed() -> None:
-    same = vs.Samples((10.0,) * 4, (10.0, 10.0))
-    faster = vs.Comparison(same, vs.Samples((9.0,) * 4, (9.0, 9.0)))
-    assert faster.noise == vs.NOISE_FLOOR and faster.confirmed
-    barely = vs.Comparison(same, vs.Samples((9.96,) * 4, (9.96, 9.96)))  # 1.004x: under 1 + 0.5%
+    same = blocks.Samples((10.0,) * 4, (10.0, 10.0))
+    faster = compare.Comparison(same, blocks.Samples((9.0,) * 4, (9.0, 9.0)))
+    assert faster.noise == compare.NOISE_FLOOR and faster.confirmed
+    barely = compare.Comparison(same, blocks.Samples((9.96,) * 4, (9.96, 9.96)))  # 1.004x: under 1 + 0.5%
     assert barely.speedup > 1 and not barely.confirmed
 
 
@@ -151,16 +157,16 @@ def test_the_noise_has_a_floor_and_a_speedup_above_it_is_confirmed() -> None:
 
 def test_the_after_copy_is_the_config_as_fix_edits_it_outside_the_users_folder(
         gpt2: Result, folders: dict[str, Path], scratch: Path) -> None:
-    (f, texts), = vs.plan(gpt2)[0]
+    (f, texts), = variants.plan(gpt2)[0]
     assert f.code == "SL501" and str(f.suggestion) == "vocab_size: 5001 → 5004"
-    root = vs.scratch_root(Path(gpt2.target))
-    copy = vs.write_copy(gpt2, vs.merged_texts(gpt2, [f]), root)
+    root = variants.scratch_root(Path(gpt2.target))
+    copy = variants.write_copy(gpt2, variants.merged_texts(gpt2, [f]), root)
     assert not copy.resolve().is_relative_to(folders["gpt2"].resolve()) and copy.is_relative_to(scratch)
     edited = json.loads(copy.read_text())
     assert edited == {**GPT2, "vocab_size": 5004}
-    built = vs.build_copy(gpt2, copy, "cpu")
+    built = variants.build_copy(gpt2, copy, "cpu")
     assert built.model.lm_head.out_features == 5004 and built.model.transformer.wte.num_embeddings == 5004
-    assert vs.slice_padded_logits(built, [f]) == ("lm_head",)
+    assert variants.slice_padded_logits(built, [f]) == ("lm_head",)
     assert built.model.config.vocab_size == 5001  # the loss reads the tokenizer's vocabulary
     ids = torch.randint(0, 5001, (2, 16))
     out = built.model(input_ids=ids, labels=ids)
@@ -181,13 +187,13 @@ def test_a_bias_added_to_the_logits_is_sliced_with_them(tmp_path: Path, scratch:
     (tmp_path / "marian").mkdir()
     (tmp_path / "marian" / "config.json").write_text(json.dumps(MARIAN, indent=2) + "\n")
     r = lint(tmp_path / "marian" / "config.json", batch=2, seq=32)
-    (f, _), = vs.plan(r)[0]
+    (f, _), = variants.plan(r)[0]
     assert f.code == "SL501" and str(f.suggestion) == "vocab_size: 58101 → 58104"
-    copy = vs.write_copy(r, vs.merged_texts(r, [f]), vs.scratch_root(Path(r.target)))
+    copy = variants.write_copy(r, variants.merged_texts(r, [f]), variants.scratch_root(Path(r.target)))
     assert json.loads(copy.read_text()) == {**MARIAN, "vocab_size": 58104, "decoder_vocab_size": 58104}
-    built = vs.build_copy(r, copy, "cpu")
+    built = variants.build_copy(r, copy, "cpu")
     assert built.model.final_logits_bias.shape == (1, 58104) and built.model.lm_head.out_features == 58104
-    assert vs.slice_padded_logits(built, [f]) == ("lm_head",)
+    assert variants.slice_padded_logits(built, [f]) == ("lm_head",)
     assert built.model.final_logits_bias.shape == (1, 58101)
     assert (built.model.config.vocab_size, built.model.config.decoder_vocab_size) == (58101, 58101)
     assert "final_logits_bias" in dict(built.model.named_buffers())
@@ -204,7 +210,7 @@ def test_each_compiled_variant_warns_as_in_a_fresh_process() -> None:
     logger = hf_logging.get_logger("shapelint.test")
     logger.warning_once("a warning dynamo would break the graph at")
     assert hf_logging.warning_once.cache_info().currsize >= 1
-    vs.forget_warnings_once()
+    compile_probe.forget_warnings_once()
     assert hf_logging.warning_once.cache_info().currsize == 0
 
 
@@ -215,7 +221,7 @@ def test_a_config_target_verified_with_exact_numbers(gpt2: Result, folders: dict
     assert timer.calls == [("before", 2), ("after", 2)] * 2
     assert v["order"] == ["before", "after", "before", "after"]
     assert (v["measured_ms"], v["measured_ms_after"], v["measured_speedup"]) == (10.0, 8.0, 1.25)
-    assert v["noise"] == vs.NOISE_FLOOR and v["confirmed"] is True
+    assert v["noise"] == compare.NOISE_FLOOR and v["confirmed"] is True
     assert v["est_ms"] == round(gpt2.step_time.ms, 4)
     assert v["est_ms_after"] == round(gpt2.step_model.after(gpt2.findings).ms, 4)
     assert v["mode"] == "eager" and v["device"] == "cpu" and v["torch"] == torch.__version__
@@ -286,14 +292,15 @@ def test_compiled_mode_excludes_the_compilation_from_the_timing(folders: dict[st
 
 
 def test_a_model_py_copy_carries_the_fixed_literals(py: Result, folders: dict[str, Path], scratch: Path) -> None:
-    applied, not_applied = vs.plan(py)
+    applied, not_applied = variants.plan(py)
     assert [str(f.suggestion) for f, _ in applied] == [
         "out_features: 5001 → 5004", "out_features: 2047 → 2048", "in_features: 2047 → 2048"]
-    copy = vs.write_copy(py, vs.merged_texts(py, [f for f, _ in applied]), vs.scratch_root(Path(py.target)))
+    copy = variants.write_copy(py, variants.merged_texts(py, [f for f, _ in applied]),
+                               variants.scratch_root(Path(py.target)))
     text = copy.read_text()
     assert "nn.Embedding(5004, 256)" in text and "nn.Linear(256, 2048)" in text and "nn.Linear(2048, 256)" in text
     assert (folders["py"] / "model.py").read_text() == MODEL
-    built = vs.build_copy(py, copy, "cpu")
+    built = variants.build_copy(py, copy, "cpu")
     assert (built.model.head.out_features, built.model.up.out_features) == (5004, 2048)
 
 
@@ -372,17 +379,30 @@ def test_a_target_that_cannot_be_verified_is_one_error_line_and_the_others_go_on
     assert out[0].step_verification is None and out[1].step_verification["status"] == "measured"
 
 
+def measured_step(mode: str, est: tuple[float, float, float], ms: tuple[float, float], speedup: float,
+                  threshold: float, confirmed: bool, est_error: float | None = None,
+                  graphs: tuple[int | None, int | None] = (None, None)) -> StepVerification:
+    """A step verification as a GPU run reports one: *before* against *after*, ``est``
+    the estimated ms before and after and the speedup, ``ms`` the measured medians."""
+    return StepVerification(
+        device="NVIDIA H100 80GB HBM3", torch="2.11.0+cu130", mode=mode, profile="h100", precision="bf16",
+        training=True, optimizer="adamw", fused_optimizer=True, est_ms=est[0], est_ms_after=est[1],
+        est_speedup=est[2], blocks=5, steps_per_block=10, warmup=3, probed_graphs=None,
+        before=VariantRun((ms[0],) * 5, graphs=graphs[0]), steps=50, order=("before", "after") * 5,
+        est_error=est_error, findings=(), per_finding="the only finding: all at once", not_applied=(),
+        after=VariantRun((ms[1],) * 5, graphs=graphs[1]),
+        comparison=StepComparison(ms[0], ms[1], round(ms[0] - ms[1], 4), speedup, threshold - 1, threshold, confirmed))
+
+
 def test_the_reports_carry_the_step_verification(gpt2: Result) -> None:
     import io
     from dataclasses import replace
 
     from shapelint.report import json_report, text
 
-    v = {"status": "measured", "device": "NVIDIA H100 80GB HBM3", "mode": "eager", "est_ms": 63.4,
-         "est_ms_after": 51.9, "est_speedup": 1.2216, "measured_ms": 67.7, "measured_ms_after": 56.6,
-         "measured_speedup": 1.1961, "threshold": 1.01, "confirmed": True, "est_error": -0.0635,
-         "findings": [], "per_finding": "the only finding: all at once", "not_applied": []}
-    r = replace(gpt2, step_verification=v)
+    measured = measured_step("eager", (63.4, 51.9, 1.2216), (67.7, 56.6), 1.1961, 1.01, True, est_error=-0.0635)
+    v = measured.to_json()
+    r = replace(gpt2, step_verification=measured)
     assert json_report.document([r])["targets"][0]["step_verification"] == v
     assert json_report.document([r])["summary"]["step_verification"] == v
     assert "step_verification" not in json_report.document([gpt2])["summary"]
@@ -393,21 +413,20 @@ def test_the_reports_carry_the_step_verification(gpt2: Result) -> None:
 
 
 def test_the_text_says_how_many_graphs_the_first_model_compiled_to() -> None:
+    from dataclasses import replace
+
     # measured: Marian compiled to 8 graphs; the padded copy reused 7 of them (H100, torch 2.11)
-    v = {"device": "NVIDIA H100 80GB HBM3", "mode": "compile", "est_ms": 44.1, "est_ms_after": 44.1,
-         "est_speedup": 1.0, "measured_ms": 62.6, "measured_ms_after": 62.6, "measured_speedup": 1.0,
-         "threshold": 1.105, "confirmed": False, "graphs": {"before": 8, "after": 1}, "findings": [],
-         "per_finding": "the only finding: all at once", "not_applied": []}
+    v = measured_step("compile", (44.1, 44.1, 1.0), (62.6, 62.6), 1.0, 1.105, False, graphs=(8, 1))
     lines = report_lines(v)
     assert lines[1:] == ["  torch.compile broke the forward into 8 graphs (shapelint did not probe this model's "
                          "graphs: priced as one graph)"]
     # with the probe's counts (transformers 5.17: 18 + 13 graph calls a step, 63 ops between them)
-    probed = {"forward_graphs": 18, "backward_graphs": 13, "eager_ops": 63, "backward_eager_ops": 20,
-              "reasons": ["Data-dependent branching"]}
-    assert report_lines({**v, "probed_graphs": probed})[1:] == [
+    probed = GraphBreaks(forward_graphs=18, backward_graphs=13, eager_ops=63, backward_eager_ops=20,
+                         reasons=("Data-dependent branching",))
+    assert report_lines(replace(v, probed_graphs=probed))[1:] == [
         "  torch.compile broke the forward into 8 graphs (the estimate prices the 18 + 13 graph calls a step "
         "makes and 63 eager ops, as shapelint's probe found them)"]
-    assert report_lines({**v, "graphs": {"before": 1, "after": 1}})[1:] == []
+    assert report_lines(replace(v, before=replace(v.before, graphs=1), after=replace(v.after, graphs=1)))[1:] == []
 
 
 # -- on a GPU -------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """``shapelint calibrate``: measure the local GPU's ceilings and write a GPU profile.
 
-Measures, with the --verify timer (CUDA events, L2 flushed, median):
+Measures, with the kernel timer of ``shapelint.measure.timer`` (its method: warm-up, the
+L2 flushed before every timed call, CUDA events, the median):
 - dense GEMM TFLOP/s per dtype on a large aligned shape (8192³; fp32 4096³);
 - device-to-device copy bandwidth (bytes read + written);
 - the misalignment penalty per dtype (K = 4095 / 4100 / 4098 against 4096);
@@ -30,6 +31,7 @@ import yaml
 
 from shapelint.errors import ShapelintError
 from shapelint.hardware import PROFILE_DIR, Hardware, profile_from_dict
+from shapelint.measure.timer import KernelTimer, cuda_timer, host_times, queued_ms
 from shapelint.model.dtypes import TORCH_DTYPE_NAMES
 from shapelint.model.records import Gemm
 from shapelint.physics.gemm_shapes import matrix
@@ -48,11 +50,12 @@ WAVE_NS = list(range(1024, 3073, 128))
 TYPICAL = [(8192, 4096, 4096), (8192, 11008, 4096), (8192, 4096, 11008), (4096, 5632, 2048), (16384, 3072, 1024)]
 
 
-def _gemm(m: int, n: int, k: int, dtype: str) -> Gemm:
+def row_major_gemm(m: int, n: int, k: int, dtype: str) -> Gemm:
+    """The record of ``torch.mm`` of row-major (m, k) and (k, n) operands, as the sweep runs it."""
     return Gemm(0, "mm", "forward", m, n, k, 1, dtype, matrix(m, k, k, 1), matrix(k, n, n, 1), matrix(m, n, n, 1), "", "")
 
 
-def measure(timer: Callable[[Callable[[], object]], list[float]], log: Callable[[str], None] = print) -> dict[str, Any]:
+def measure(timer: KernelTimer, log: Callable[[str], None] = print) -> dict[str, Any]:
     import torch
 
     def mm_ms(m: int, n: int, k: int, dtype: str) -> float:
@@ -114,7 +117,7 @@ BANDWIDTH_ELEMENTS = 1 << 28
 HOST_STEP = (12, 256, 512)
 
 
-def measure_step(timer: Callable[[Callable[[], object]], list[float]], base: Hardware,
+def measure_step(timer: KernelTimer, base: Hardware,
                  compile: bool = True, log: Callable[[str], None] = print) -> dict[str, float]:
     """The step table, as fractions of the base profile's memory bandwidth (the base the
     step model divides by) and microseconds; the host costs as ``base``'s at this
@@ -127,7 +130,7 @@ def measure_step(timer: Callable[[Callable[[], object]], list[float]], base: Har
     return out
 
 
-def _bandwidths(timer: Callable[[Callable[[], object]], list[float]], bandwidth_gbps: float) -> dict[str, float]:
+def _bandwidths(timer: KernelTimer, bandwidth_gbps: float) -> dict[str, float]:
     """Bytes moved over the time taken, as a fraction of ``bandwidth_gbps``, for each
     class of memory-bound kernel the step model prices."""
     import torch
@@ -221,16 +224,10 @@ def _kernel_floor(count: int = 2000) -> dict[str, float]:
 
     tiny, big = torch.zeros(1, device="cuda"), torch.zeros(GAP_ELEMENTS, device="cuda")
     kernel, big_kernel = durations(tiny, 200), durations(big, 200)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     per: list[float] = []
     for _ in range(5):
         big.add_(1)  # the host gets ahead while this runs
-        start.record()
-        for _ in range(count):
-            big.add_(1)
-        end.record()
-        torch.cuda.synchronize()
-        per.append(start.elapsed_time(end) * 1e3 / count)
+        per.append(queued_ms(lambda: big.add_(1), count) * 1e3)
     return {"min_kernel_us": round(kernel, 2), "kernel_gap_us": round(max(statistics.median(per) - big_kernel, 0.0), 2)}
 
 
@@ -239,10 +236,10 @@ def host_speed(compiled: bool, hw: Hardware, steps: int = 20) -> float:
     (``shapelint.price.step.host_costs``): the measured host time of a host-bound step
     (bf16 autocast over fp32 weights, fused AdamW) issued onto an idle GPU, over the
     host time the step model gives that step. The model's structure (per kernel, per
-    parameter tensor) was fitted on 11 models; this sets its level here."""
-    import time
-
+    parameter tensor) is fitted on measured steps (docs/benchmarks.md, "The host
+    model"); this sets its level here."""
     import torch
+
     layers, width, tokens = HOST_STEP
     torch.manual_seed(0)
     try:
@@ -272,20 +269,14 @@ def host_speed(compiled: bool, hw: Hardware, steps: int = 20) -> float:
 
     for _ in range(5):  # warm-up (and compilation)
         step()
-    host: list[float] = []
-    for _ in range(steps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        step()
-        host.append(time.perf_counter() - t)
-    torch.cuda.synchronize()
+    host = host_times(step, steps)
     from shapelint.pipeline.result import Options
     from shapelint.pipeline.run import lint_module
     from shapelint.price.step import step_time
 
     sm = lint_module(model, inputs, Options(compile=compiled), hw, []).step_model
     modelled = step_time(sm.step, hw, sm.mode, sm.optimizer).host_ms if sm is not None else 0.0
-    return round(statistics.median(host) * 1e3 / modelled, 3) if modelled > 0 else 1.0
+    return round(statistics.median(host) / modelled, 3) if modelled > 0 else 1.0
 
 
 def host_table(hw: Hardware, eager_speed: float, compile_speed: float | None) -> dict[str, float]:
@@ -318,7 +309,7 @@ def fit(base: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
         """How far the sweep's shape is from the estimate's (the overall scale is
         gemm_efficiency's business, so ratios are taken relative to their median)."""
         hw = profile_from_dict({**doc, "wave_weight": weight}, "calibrated")
-        ratios = [gemm_time(_gemm(r["M"], r["N"], r["K"], "bf16"), hw).seconds * 1e3 / r["ms"]
+        ratios = [gemm_time(row_major_gemm(r["M"], r["N"], r["K"], "bf16"), hw).seconds * 1e3 / r["ms"]
                   for r in rows if r["tag"] == "wave"]
         mid = statistics.median(ratios)
         return sum(abs(x / mid - 1) for x in ratios)
@@ -341,13 +332,11 @@ def closest_base(name: str) -> dict[str, Any]:
     return yaml.safe_load((PROFILE_DIR / f"{best[1]}.yaml").read_text())
 
 
-def run(output: str, timer: Callable[[Callable[[], object]], list[float]] | None = None) -> Hardware:
+def run(output: str, timer: KernelTimer | None = None) -> Hardware:
     import torch
 
     if not torch.cuda.is_available():
         raise ShapelintError("calibrate needs a CUDA GPU (torch.cuda.is_available() is False)")
-    from shapelint.measure.verify import cuda_timer
-
     name = torch.cuda.get_device_name()
     timer = timer or cuda_timer()
     measured = measure(timer)

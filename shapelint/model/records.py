@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from shapelint.model.dtypes import DTYPE_BYTES
+from shapelint.model.verification import FindingVerification
 
 Phase = Literal["forward", "grad_input", "grad_weight", "recompute"]
 #: what a launched kernel does (``shapelint.physics.kernels`` says which op launches
@@ -361,8 +362,8 @@ class Finding:
     facts: Facts = ()
     alternatives: tuple[Alternative, ...] = ()
     measured_speedup: float | None = None
-    #: what --verify measured (``status``, times, per-GEMM rows), for the report
-    verification: dict[str, object] | None = None
+    #: what --verify measured (``shapelint.measure.verify``), for the report
+    verification: FindingVerification | None = None
     suppressed: bool = False
     #: the covered GEMMs as they would be after the suggestion (for --verify)
     after: tuple[Gemm, ...] = field(default=(), compare=False, repr=False)
@@ -406,7 +407,7 @@ class Finding:
         if self.alternatives:
             details["alternatives"] = [a.to_json() for a in self.alternatives]
         if self.verification is not None:
-            details["verify"] = self.verification
+            details["verify"] = self.verification.to_json()
         out: dict[str, object] = {
             "code": self.code,
             "name": self.name,

@@ -11,6 +11,7 @@ from typing import Any
 from shapelint.capture.run import Capture
 from shapelint.hardware import Hardware
 from shapelint.model.records import Finding, GraphBreaks
+from shapelint.model.step_verification import StepVerification
 from shapelint.price import Policy, StepEstimate, StepModel
 from shapelint.price.step import Step, StepTime
 
@@ -60,7 +61,7 @@ class Result:
     #: the options the target was linted with (``--verify --step`` builds it at the same size)
     options: Options | None = field(default=None, repr=False)
     #: what ``--verify --step`` measured (``shapelint.measure.step``), for the reporters
-    step_verification: dict[str, Any] | None = None
+    step_verification: StepVerification | None = None
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ def summary(r: Result) -> dict[str, Any]:
         "findings": sum(1 for f in r.findings if not f.suppressed),
         "suppressed": sum(1 for f in r.findings if f.suppressed),
         **_step(r),
-        **({"step_verification": r.step_verification} if r.step_verification is not None else {}),
+        **({"step_verification": r.step_verification.to_json()} if r.step_verification is not None else {}),
     }
 
 

@@ -13,6 +13,7 @@ from rich.text import Text
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Result
 from shapelint.price.gemm import gemm_time
+from shapelint.report.verification import finding_line
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -131,17 +132,9 @@ def _finding(console: Console, f: Finding) -> None:
     for alt in f.alternatives:
         console.print(Text.assemble("      or: ", (str(alt.suggestion), "green"),
                                     f" ({alt.note}): est. {alt.est_speedup:.2f}×"), highlight=False)
-    v = f.verification
-    if v is not None and v.get("status") != "not run":
-        rows: list[dict[str, float]] = v.get("gemms", [])  # type: ignore[assignment]
-        fractions = [(g["before_peak_fraction"], g["after_peak_fraction"]) for g in rows
-                     if g.get("before_peak_fraction") is not None and g.get("after_peak_fraction") is not None]
-        peak = "; % of peak before → after: " + ", ".join(f"{100 * b:.0f}→{100 * a:.0f}" for b, a in fractions) \
-            if fractions else ""
-        style = "green" if v["status"] == "confirmed" else "yellow"
-        console.print(Text.assemble("      ", (str(v["status"]), style),
-                                    f": {v['before_ms']:.3f} ms → {v['after_ms']:.3f} ms measured{peak}"),
-                      highlight=False)
+    measured = finding_line(f.verification)
+    if measured is not None:
+        console.print(measured, highlight=False)
     if len(f.modules) > 1:
         console.print(f"      in {len(f.modules)} modules: {f.module}", style="dim", highlight=False)
 

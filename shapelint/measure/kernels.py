@@ -1,0 +1,166 @@
+"""How ``--verify`` runs a GEMM record on the GPU: random operands (never zeros) with
+exactly the recorded layouts, as the op that ran it in training. ``mm``/``addmm``/``bmm``
+run on strided views that reproduce the recorded leading dimensions, offsets, batch
+strides and transposes; convolutions as ``aten.convolution`` /
+``convolution_backward`` with the recorded geometry; fused attention as
+``F.scaled_dot_product_attention`` forward / backward, one kernel for several GEMM
+records (:func:`kernel_key`). A fusion (attention written by hand) runs as a whole block
+before and after (:func:`gpu_block_runner`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from shapelint.model.dtypes import TORCH_DTYPE_NAMES
+from shapelint.model.records import Finding, Gemm, Operand
+
+#: a GEMM record's kernel, ready to call (None: it cannot run here)
+Runner = Callable[[Gemm], "Callable[[], object] | None"]
+#: a finding's whole block before and after, for a fusion (None: not a fusion)
+BlockRunner = Callable[[Finding, dict[int, Gemm]], "tuple[Callable[[], object], Callable[[], object]] | None"]
+
+
+def kernel_key(g: Gemm) -> Any:
+    """What identifies the kernel a GEMM runs in: the fused attention kernels run
+    several GEMMs each (timed once, on their first GEMM)."""
+    if g.op.startswith("sdpa."):
+        part = g.op.split(".", 1)[1]
+        if part not in ("qk", "qk_recompute"):
+            return None
+        return ("sdpa", part, g.m, g.n, g.k, g.batch, g.dtype, g.extra)
+    return (g.op, g.phase, g.m, g.n, g.k, g.batch, g.dtype, g.a, g.b, g.out, g.extra)
+
+
+def materialize(op: Operand, batch: int, batched: bool, dtype: Any, device: str) -> Any:
+    """A random tensor with exactly ``op``'s layout (strides, offset, batch stride)."""
+    import torch
+
+    rows, cols = op.rows, op.cols
+    if op.copied:  # neither stride is 1: every other element of a wider buffer
+        base = torch.randn(batch, rows, 2 * cols, dtype=dtype, device=device)[..., ::2]
+        return base if batched else base[0]
+    bs = op.batch_stride or (rows * cols if batch > 1 else 0)
+    strides = (1, op.ld) if op.transposed else (op.ld, 1)
+    extent = ((cols - 1) * op.ld + rows) if op.transposed else ((rows - 1) * op.ld + cols)
+    size = op.offset + (batch - 1) * bs + extent
+    storage = torch.randn(size, dtype=dtype, device=device)
+    if batched:
+        return storage.as_strided((batch, rows, cols), (bs, *strides), op.offset)
+    return storage.as_strided((rows, cols), strides, op.offset)
+
+
+def gpu_runner(device: str = "cuda") -> Runner:
+    import torch
+
+    def runner(g: Gemm) -> Callable[[], object] | None:
+        if g.dtype not in TORCH_DTYPE_NAMES:
+            return None
+        dtype = getattr(torch, TORCH_DTYPE_NAMES[g.dtype])
+        torch.backends.cuda.matmul.allow_tf32 = g.dtype == "tf32"
+        torch.backends.cudnn.allow_tf32 = g.dtype == "tf32"
+        if g.role == "conv":
+            return _conv_runner(g, dtype, device)
+        if g.op.startswith("sdpa."):
+            return _sdpa_runner(g, dtype, device)
+        batched = g.op in ("bmm", "baddbmm") or g.batch > 1
+        a = materialize(g.a, g.batch, batched, dtype, device)
+        b = materialize(g.b, g.batch, batched, dtype, device)
+        if batched:
+            return lambda: torch.bmm(a, b)
+        if g.op in ("addmm", "_addmm_activation"):
+            bias = torch.randn(g.n, dtype=dtype, device=device)
+            return lambda: torch.addmm(bias, a, b)
+        return lambda: torch.mm(a, b)
+
+    return runner
+
+
+def _conv_runner(g: Gemm, dtype: Any, device: str) -> Callable[[], object] | None:
+    import torch
+
+    from shapelint.physics.conv import ConvCall
+
+    if not g.extra:
+        return None
+    call = ConvCall(g.module, g.extra)
+    if call.transposed:
+        return None
+    groups = call.groups
+    n_batch, _, *spatial = call.shape("input")
+    kernel = list(call.kernel_shape)
+    rs = math.prod(kernel)
+    part = g.op.split(".", 1)[1] if "." in g.op else "forward"
+    if part == "forward":
+        c_out, c_in = g.n * groups, g.k * groups // rs
+    elif part == "grad_input":
+        c_out, c_in = g.k * groups, g.n * groups // rs
+    else:
+        c_out, c_in = g.m * groups, g.n * groups // rs
+    channels_last = not g.a.copied
+    fmt = torch.channels_last if channels_last and len(spatial) == 2 else torch.contiguous_format
+    inp = torch.randn(n_batch, c_in, *spatial, dtype=dtype, device=device).to(memory_format=fmt)
+    w = torch.randn(c_out, c_in // groups, *kernel, dtype=dtype, device=device).to(memory_format=fmt)
+    stride, padding, dilation = (list(call.shape(k)) for k in ("stride", "padding", "dilation"))
+    conv = torch.ops.aten.convolution.default
+    if part == "forward":
+        return lambda: conv(inp, w, None, stride, padding, dilation, False, [0] * len(spatial), groups)
+    out = conv(inp, w, None, stride, padding, dilation, False, [0] * len(spatial), groups)
+    grad = torch.randn_like(out).to(memory_format=fmt)
+    mask = [part == "grad_input", part == "grad_weight", False]
+    back = torch.ops.aten.convolution_backward.default
+    return lambda: back(grad, inp, w, None, stride, padding, dilation, False, [0] * len(spatial), groups, mask)
+
+
+def _sdpa_runner(g: Gemm, dtype: Any, device: str) -> Callable[[], object] | None:
+    import torch
+    import torch.nn.functional as F
+
+    causal = bool(dict(g.extra).get("is_causal", False))
+    bh, tq, tk, d = g.batch, g.m, g.n, g.k
+    q = torch.randn(1, bh, tq, d, dtype=dtype, device=device, requires_grad=True)
+    k = torch.randn(1, bh, tk, d, dtype=dtype, device=device, requires_grad=True)
+    v = torch.randn(1, bh, tk, d, dtype=dtype, device=device, requires_grad=True)
+    if g.op == "sdpa.qk":
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    grad = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
+
+
+def gpu_block_runner(device: str = "cuda") -> BlockRunner:
+    """Hand-written attention (a GEMM fed by a softmax) against the fused kernel:
+    QKᵀ, softmax, PV and their backward, or F.scaled_dot_product_attention."""
+    import torch
+    import torch.nn.functional as F
+
+    def runner(f: Finding, by_index: dict[int, Gemm]) -> tuple[Callable[[], object], Callable[[], object]] | None:
+        covered = [by_index[i] for i in f.gemms]
+        pv = next((g for g in covered if g.role == "after_softmax"), None)
+        if pv is None or pv.dtype not in TORCH_DTYPE_NAMES:
+            return None
+        bh, tq, tk, dv = pv.batch, pv.m, pv.k, pv.n
+        qk = next((g for g in covered if g.phase == "forward" and (g.m, g.n, g.batch) == (tq, tk, bh)), None)
+        d = qk.k if qk is not None else dv
+        dtype = getattr(torch, TORCH_DTYPE_NAMES[pv.dtype])
+        q = torch.randn(1, bh, tq, d, dtype=dtype, device=device, requires_grad=True)
+        k = torch.randn(1, bh, tk, d, dtype=dtype, device=device, requires_grad=True)
+        v = torch.randn(1, bh, tk, dv, dtype=dtype, device=device, requires_grad=True)
+        grad = torch.randn(1, bh, tq, dv, dtype=dtype, device=device)
+
+        def unfused_forward() -> torch.Tensor:
+            return torch.softmax((q @ k.transpose(-1, -2)) * d**-0.5, dim=-1) @ v
+
+        def fused_forward() -> torch.Tensor:
+            return F.scaled_dot_product_attention(q, k, v)
+
+        if all(g.phase == "forward" for g in covered):  # inference: the forward pass alone
+            return unfused_forward, fused_forward
+        return (lambda: torch.autograd.grad(unfused_forward(), (q, k, v), grad),
+                lambda: torch.autograd.grad(fused_forward(), (q, k, v), grad))
+
+    return runner
+
+
+__all__ = ["BlockRunner", "Runner", "gpu_block_runner", "gpu_runner", "kernel_key", "materialize"]
