@@ -47,7 +47,7 @@ def main() -> None:
                              hw, builtin_rules())
         checked = verify(result.findings, result.capture.gemms, hw, THRESHOLD)
         for f in checked:
-            v = f.verification or {}
+            v = f.verification.to_json() if f.verification else {}
             rows.append({
                 "target": target, "code": f.code, "module": f.module,
                 "suggestion": f.suggestion.to_json() if f.suggestion else None,

@@ -42,7 +42,7 @@ def main() -> None:
             cap, ctx = trace_example(rule, ex)
             findings = [f for f in price(rule.check(cap.gemms, hw, ctx), cap.gemms, hw) if f.code == rule.code]
             for f in verify(findings, cap.gemms, hw, 1.05):
-                v = f.verification or {}
+                v = f.verification.to_json() if f.verification else {}
                 rows.append({"code": rule.code, "example": i, "model": ex.model, "dtype": ex.dtype,
                              "suggestion": f.suggestion.to_json() if f.suggestion else None,
                              "est_speedup": f.est_speedup, "measured_speedup": f.measured_speedup,

@@ -73,7 +73,7 @@ def test_measured_speedup_and_confirmation_with_a_fake_clock() -> None:
     assert c.measured_speedup == pytest.approx(f.est_speedup, rel=1e-6)
     (checked,) = verify([f], gemms, hw, threshold=1.05, timer=FakeClock(), runner=fake_runner(hw, 1.0))
     assert checked.measured_speedup == pytest.approx(f.est_speedup, rel=1e-6)
-    v = checked.verification
+    v = checked.verification.to_json()  # the report's JSON form, a public contract
     assert v["status"] == "confirmed" and len(v["gemms"]) == 3
     assert all(0 < g["after_peak_fraction"] <= 1.0 for g in v["gemms"])
     assert confirmed(checked)
@@ -85,7 +85,7 @@ def test_a_finding_measured_below_threshold_is_not_confirmed() -> None:
     (checked,) = verify([f], gemms, hw, threshold=1.05, timer=FakeClock(),
                         runner=fake_runner(hw, 1.0 / f.est_speedup))
     assert checked.measured_speedup < 1.05
-    assert checked.verification["status"] == "not confirmed"
+    assert checked.verification.status == "not confirmed"
     assert not confirmed(checked)
 
 
@@ -195,7 +195,7 @@ def test_verify_measures_the_lm_head_on_a_gpu() -> None:
     """On a real GPU: the padded LM head is faster, as estimated within 25%."""
     gemms, (f,), hw = lm_head_findings()
     (checked,) = verify([f], gemms, hw, threshold=1.05)
-    v = checked.verification
+    v = checked.verification.to_json()  # the report's JSON form, a public contract
     assert v["status"] == "confirmed"
     assert checked.measured_speedup > 2.0
     assert abs(f.est_speedup / checked.measured_speedup - 1) < 0.25

@@ -217,7 +217,8 @@ def test_each_compiled_variant_warns_as_in_a_fresh_process() -> None:
 def test_a_config_target_verified_with_exact_numbers(gpt2: Result, folders: dict[str, Path], scratch: Path) -> None:
     before = snapshot(folders["gpt2"])
     timer = Scripted({"before": 10.0, "after": 8.0})
-    v = vs.verify_result(gpt2, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer))
+    verified = vs.verify_result(gpt2, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer))
+    v = verified.to_json()  # the report's JSON form, a public contract
     assert timer.calls == [("before", 2), ("after", 2)] * 2
     assert v["order"] == ["before", "after", "before", "after"]
     assert (v["measured_ms"], v["measured_ms_after"], v["measured_speedup"]) == (10.0, 8.0, 1.25)
@@ -245,8 +246,9 @@ def test_a_saved_run_is_rescored_by_the_model_as_it_is_now(gpt2: Result, folders
     assert spec and spec.loader
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    v = vs.verify_result(gpt2, vs.RunOptions(device="cpu", schedule=SMALL, timer=Scripted({"before": 10.0,
+    verified = vs.verify_result(gpt2, vs.RunOptions(device="cpu", schedule=SMALL, timer=Scripted({"before": 10.0,
                                                                                           "after": 8.0})))
+    v = verified.to_json()  # the report's JSON form, a public contract
     record = {"model": "gpt2", "mode": "eager", "batch": 2, "seq": 128, "profile": "h100", "precision": "tf32",
               "config": GPT2, "step_verification": {**v, "est_ms": 99.0}}
     saved = tmp_path / "verify_step_cpu_run.json"
@@ -264,15 +266,17 @@ def test_a_saved_run_is_rescored_by_the_model_as_it_is_now(gpt2: Result, folders
 
 def test_a_suggestion_set_that_does_not_measure_faster_is_not_confirmed(gpt2: Result, scratch: Path) -> None:
     timer = Scripted({"before": [10.0, 10.2], "after": [10.1, 9.9]})
-    v = vs.verify_result(gpt2, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer))
+    verified = vs.verify_result(gpt2, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer))
+    v = verified.to_json()  # the report's JSON form, a public contract
     assert v["measured_speedup"] == round(10.1 / 10.0, 4)
     assert v["noise"] == pytest.approx((10.2 / 9.9 - 10.0 / 10.1) / 2, abs=1e-4)
     assert v["confirmed"] is False and v["findings"][0]["confirmed"] is False
-    assert "not confirmed (below 1.02" in report_lines(v)[0]
+    assert "not confirmed (below 1.02" in report_lines(verified)[0]
 
 
 def test_the_step_really_trains_with_the_wall_clock(gpt2: Result, scratch: Path) -> None:
-    v = vs.verify_result(gpt2, vs.RunOptions(device="cpu", schedule=SMALL))
+    verified = vs.verify_result(gpt2, vs.RunOptions(device="cpu", schedule=SMALL))
+    v = verified.to_json()  # the report's JSON form, a public contract
     assert v["measured_ms"] > 0 and v["measured_ms_after"] > 0 and len(v["block_ms"]["after"]) == 2
     assert v["fused_optimizer"] is not None and v["optimizer"] == "adamw"
 
@@ -280,7 +284,8 @@ def test_the_step_really_trains_with_the_wall_clock(gpt2: Result, scratch: Path)
 def test_compiled_mode_excludes_the_compilation_from_the_timing(folders: dict[str, Path], scratch: Path) -> None:
     r = lint(folders["gpt2"] / "config.json", batch=2, seq=128, compile=True)
     timer = Scripted({"*": 5.0})
-    v = vs.verify_result(r, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer, backend="eager"))
+    verified = vs.verify_result(r, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer, backend="eager"))
+    v = verified.to_json()  # the report's JSON form, a public contract
     assert v["mode"] == "compile" and v["est_ms"] == round(r.step_time.ms, 4)
     assert v["compile_s"]["before"] > 0 and v["compile_s"]["after"] > 0
     # the loss_type warning breaks GPT-2's forward in both variants (the model, then its loss)
@@ -308,7 +313,8 @@ def test_a_model_py_verified_all_at_once_and_finding_by_finding(py: Result, fold
                                                                  scratch: Path) -> None:
     before = snapshot(folders["py"])
     timer = Scripted({"before": 10.0, "after": 7.0, "finding 1": 8.0, "finding 2": 9.0, "finding 3": 10.0})
-    v = vs.verify_result(py, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer))
+    verified = vs.verify_result(py, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer))
+    v = verified.to_json()  # the report's JSON form, a public contract
     # one comparison after another, each alternating with before
     assert [c[0] for c in timer.calls] == (["before", "after"] * 2 + ["before", "finding 1"] * 2
                                            + ["before", "finding 2"] * 2 + ["before", "finding 3"] * 2)
@@ -316,7 +322,7 @@ def test_a_model_py_verified_all_at_once_and_finding_by_finding(py: Result, fold
     assert [e["measured_speedup"] for e in v["findings"]] == [1.25, round(10 / 9, 4), 1.0]
     assert [e["confirmed"] for e in v["findings"]] == [True, True, False]
     assert v["per_finding"] == "measured" and v["sliced"] == ["head"]
-    lines = report_lines(v)
+    lines = report_lines(verified)
     assert lines[0].startswith("step verified on cpu (eager): est. ") and "(1.43×): confirmed" in lines[0]
     assert any("SL101 in_features: 2047 → 2048" in line and "not confirmed" in line for line in lines)
     assert snapshot(folders["py"]) == before and list(scratch.iterdir()) == []
@@ -325,12 +331,13 @@ def test_a_model_py_verified_all_at_once_and_finding_by_finding(py: Result, fold
 def test_a_finding_that_cannot_be_applied_is_listed_with_the_reason(folders: dict[str, Path], scratch: Path) -> None:
     r = lint(folders["computed"] / "model.py")
     timer = Scripted({"before": 10.0, "after": 9.0})
-    v = vs.verify_result(r, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer))
+    verified = vs.verify_result(r, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer))
+    v = verified.to_json()  # the report's JSON form, a public contract
     (reason,) = [n for n in v["not_applied"] if n["code"] == "SL501"]
     assert "computed, not a literal" in reason["reason"]
     assert [e["code"] for e in v["findings"]] == ["SL101", "SL101"]  # the others still apply
     assert v["est_ms_after"] == round(r.step_model.after([f for f in r.findings if f.code == "SL101"]).ms, 4)
-    assert any(line.startswith("  not applied: SL501 out_features: 5001 → 5004: ") for line in report_lines(v))
+    assert any(line.startswith("  not applied: SL501 out_features: 5001 → 5004: ") for line in report_lines(verified))
 
 
 def test_without_an_applicable_suggestion_the_step_is_timed_alone(folders: dict[str, Path], tmp_path: Path,
@@ -340,10 +347,11 @@ def test_without_an_applicable_suggestion_the_step_is_timed_alone(folders: dict[
     r = lint(clean)
     assert r.findings == []
     timer = Scripted({"before": [4.0, 6.0]})
-    v = vs.verify_result(r, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer))
+    verified = vs.verify_result(r, vs.RunOptions(device="cpu", schedule=SMALL, timer=timer))
+    v = verified.to_json()  # the report's JSON form, a public contract
     assert timer.calls == [("before", 2)] * 2
     assert (v["measured_ms"], v["measured_ms_after"], v["confirmed"]) == (5.0, None, None)
-    assert "no suggestion applied" in report_lines(v)[0]
+    assert "no suggestion applied" in report_lines(verified)[0]
 
 
 # -- the command line ------------------------------------------------------------------
@@ -376,7 +384,7 @@ def test_a_target_that_cannot_be_verified_is_one_error_line_and_the_others_go_on
                                                                 timer=Scripted({"*": 1.0})))
     assert failed == [(py.target, f"{py.target}: --verify --step trains the whole model on one GPU; the lint's "
                                   "shapes are one of 2 tensor-parallel shards")]
-    assert out[0].step_verification is None and out[1].step_verification["status"] == "measured"
+    assert out[0].step_verification is None and out[1].step_verification.status == "measured"
 
 
 def measured_step(mode: str, est: tuple[float, float, float], ms: tuple[float, float], speedup: float,
@@ -437,6 +445,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 @pytest.mark.cuda
 @cuda
 def test_verify_step_on_a_gpu(gpt2: Result, scratch: Path) -> None:
-    v = vs.verify_result(gpt2, vs.RunOptions(device="cuda", schedule=SMALL))
+    verified = vs.verify_result(gpt2, vs.RunOptions(device="cuda", schedule=SMALL))
+    v = verified.to_json()  # the report's JSON form, a public contract
     assert v["device"] == torch.cuda.get_device_name() and v["fused_optimizer"] is True
     assert v["measured_ms"] > 0 and v["measured_ms_after"] > 0

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from shapelint.model.records import Finding, GraphBreaks, Suggestion
-from shapelint.model.verification import JsonView
 
 
 @dataclass(frozen=True)
-class FindingRef(JsonView):
+class FindingRef:
     """A finding as the step verification names it."""
 
     code: str
@@ -39,7 +38,7 @@ class FindingRef(JsonView):
 
 
 @dataclass(frozen=True)
-class UnappliedFinding(JsonView):
+class UnappliedFinding:
     """A finding the edited copy could not carry, and why."""
 
     finding: FindingRef
@@ -64,7 +63,7 @@ class StepComparison:
 
 
 @dataclass(frozen=True)
-class AppliedFinding(JsonView):
+class AppliedFinding:
     """One applied finding: its estimate, and its own comparison where it was measured
     (alone, or all at once when it is the only one)."""
 
@@ -108,7 +107,7 @@ class VariantRun:
 
 
 @dataclass(frozen=True)
-class StepVerification(JsonView):
+class StepVerification:
     """One target's step, measured. ``after`` and ``comparison`` are the variant with every
     applicable suggestion; without one (nothing applies) *before* is timed alone and
     ``alone_ms`` is its median step."""

@@ -10,7 +10,6 @@ verification with this module.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,28 +18,8 @@ from typing import Any, Literal
 VerifyStatus = Literal["confirmed", "not confirmed", "not run"]
 
 
-class JsonView(Mapping[str, Any]):
-    """A record read as its JSON form: ``v["status"]`` is what the JSON report writes
-    under ``"status"``. Scripts and tests that read the report's keys read a record the
-    same way; shapelint's own readers use the fields."""
-
-    __slots__ = ()
-
-    def to_json(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def __getitem__(self, key: str) -> Any:
-        return self.to_json()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.to_json())
-
-    def __len__(self) -> int:
-        return len(self.to_json())
-
-
 @dataclass(frozen=True)
-class GemmTiming(JsonView):
+class GemmTiming:
     """One covered GEMM timed before and after (None: its kernel could not run here)."""
 
     index: int
@@ -59,7 +38,7 @@ class GemmTiming(JsonView):
 
 
 @dataclass(frozen=True)
-class FindingVerification(JsonView):
+class FindingVerification:
     """A finding's covered work timed before and after its suggestion: the GEMMs one by
     one, or (a fusion) the whole block, when ``gemms`` is empty."""
 
@@ -87,4 +66,4 @@ class FindingVerification(JsonView):
 #: a finding none of whose kernels could be timed here
 NOT_RUN = FindingVerification("not run")
 
-__all__ = ["NOT_RUN", "FindingVerification", "GemmTiming", "JsonView", "VerifyStatus"]
+__all__ = ["NOT_RUN", "FindingVerification", "GemmTiming", "VerifyStatus"]
