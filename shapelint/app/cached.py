@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shapelint.app import deps, project
-from shapelint.app.cache import Replay, Store, Tee, default_dir, digest, file_digest, run_key, unchanged
+from shapelint.app.cache import Replay, Store, Tee, default_dir, run_key, unchanged
+from shapelint.app.fingerprint import digest, file_digest
 from shapelint.errors import ShapelintError
 from shapelint.load.targets import chosen, discover
 
