@@ -112,6 +112,11 @@ def default(key: str) -> Any:
     return BY_KEY[key].default
 
 
+def or_default(value: Any, key: str) -> Any:
+    """``value``, or the setting ``key``'s default when it is not given (None)."""
+    return value if value is not None else default(key)
+
+
 def merged(*layers: Settings) -> Settings:
     """The first given value of each setting, layer by layer (highest precedence first)."""
     values = {}
