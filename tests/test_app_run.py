@@ -12,6 +12,7 @@ import pytest
 from _cli_helpers import LINEAR_LINE, run, write_model
 
 import shapelint
+from shapelint import hardware
 from shapelint.app.config import Config
 from shapelint.app.lint_plan import LintPlan, RuleSet, select_rules
 from shapelint.app.parser import build_parser
@@ -52,24 +53,18 @@ def test_options_precedence_flag_target_configuration_default(tmp_path: Path) ->
     (tmp_path / "t.yaml").write_text("model: x.py:build\ndtype: fp16\ngpu: a100\n")
     rules = RuleSet((), [])
     cfg = Config(dtype="fp32", batch=4, seq=64, min_speedup=1.5, gpu="l4", allow_builders=["pkg"])
-    plan = LintPlan(Settings(batch=2, min_loss=0.2), rules, cfg, gpu=None, config_gpu=shapelint_gpu("l4"))
+    plan = LintPlan(Settings(batch=2, min_loss=0.2), rules, cfg, gpu=None, config_gpu=hardware.resolve("l4"))
     path, opts, hw = plan.job(tmp_path / "t.yaml")
     assert opts.dtype is None  # the target's own dtype wins over the configuration's
     assert hw is None  # ... and its own gpu
     assert (opts.batch, opts.seq, opts.allow_builders) == (2, 64, ("pkg",))  # flag, configuration
     assert opts.policy == Policy(min_loss=0.2, min_speedup=1.5, min_step_share=0.01)  # flag, configuration, default
     _, opts, hw = plan.job(tmp_path / "other.py")
-    assert opts.dtype == "fp32" and hw is not None and hw.name == shapelint_gpu("l4").name
+    assert opts.dtype == "fp32" and hw is not None and hw.name == hardware.resolve("l4").name
     # no flag, no configuration: the API's plan gives the built-in policy and leaves the rest to the target
     bare = LintPlan(Settings(), rules).options()
     assert bare.policy == Policy() and (bare.dtype, bare.training, bare.batch) == (None, None, None)
     assert LintPlan(Settings(inference=True), rules).options().training is False
-
-
-def shapelint_gpu(name: str):  # type: ignore[no-untyped-def]
-    from shapelint import hardware
-
-    return hardware.resolve(name)
 
 
 def test_configuration_rule_codes_are_checked_with_their_line(tmp_path: Path) -> None:

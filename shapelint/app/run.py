@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shapelint.app import cached, outputs, parallel
+from shapelint.app import cached, outputs, parallel, verification
 from shapelint.app.lint_plan import Job, LintPlan, RuleSet, select_rules
 from shapelint.app.request import Request
 from shapelint.errors import ShapelintError
@@ -112,8 +112,6 @@ def run(request: Request) -> Outcome:
 
 def lint(request: Request, session: Session) -> Linted:
     """Lint the session's targets, then fix and verify as ``request`` asks."""
-    from shapelint.app import verification
-
     rules = select_rules(request.settings, request.config, request.rules_dirs)
     if not session.named:
         raise ShapelintError("no target given (try: shapelint examples/mlp.py, or targets = [...] in the "
