@@ -12,12 +12,13 @@ from collections.abc import Collection
 from pathlib import Path
 
 from shapelint.app.config import module_ignored
+from shapelint.load.targets import PY_SUFFIX, YAML_SUFFIXES
 from shapelint.locate import suppress
 from shapelint.pipeline.result import Result
 from shapelint.pipeline.run import with_findings
 
 #: the files whose ignore comments are checked (a config.json has no comments)
-COMMENTED_SUFFIXES = (".py", ".yaml", ".yml")
+COMMENTED_SUFFIXES = (PY_SUFFIX, *YAML_SUFFIXES)
 
 
 class Suppression:
