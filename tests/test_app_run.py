@@ -140,3 +140,14 @@ def test_per_module_ignores_and_unknown_ignore_comments(here: Path, capsys: pyte
     assert [e.message for e in linted.errors] == [f"model.py:{LINEAR_LINE}: unknown rule 'SL999' in "
                                                   "'# shapelint: ignore[...]' (it suppresses nothing)"]
     assert capsys.readouterr().err.startswith("shapelint: error: model.py:")
+
+
+def test_the_policy_settings_default_to_the_pricers_policy() -> None:
+    """SETTINGS states the policy's defaults for --help and the configuration reference
+    (importing the pricer there would slow every command's start); they must be Policy's."""
+    from shapelint.app.lint_plan import POLICY_SETTINGS
+    from shapelint.pipeline.settings import default
+
+    assert LintPlan(Settings(), RuleSet((), [])).options().policy == Policy()
+    assert {key: default(key) for key in POLICY_SETTINGS} == {
+        key: getattr(Policy(), key.replace("-", "_")) for key in POLICY_SETTINGS}
