@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shapelint.app import cache, cli
+from shapelint.app import cache, cached, cli, fingerprint, seal
 
 LAYERS = "import torch.nn as nn\n\nWIDTH = {width}\n\n\ndef block():\n    return nn.Sequential(nn.Linear(WIDTH, 1024))\n"
 MODEL = """\
@@ -117,19 +117,19 @@ def test_corrupt_and_foreign_entries_are_ignored_and_rewritten(project: Path, ca
     entry.write_bytes(good[:-40])  # truncated payload: its digest no longer matches
     assert run(["--format", "json"], capsys)[:2] == (rc, out)
     assert entry.read_bytes() == good  # rewritten whole
-    monkeypatch.setattr(cache, "SCHEMA", cache.SCHEMA + 1)  # a cache from another shapelint
-    monkeypatch.setattr(cache, "environment", lambda: "another")
+    monkeypatch.setattr(seal, "SCHEMA", seal.SCHEMA + 1)  # a cache from another shapelint
+    monkeypatch.setattr(fingerprint, "environment", lambda: "another")
     calls = []
-    real = cli.cached.Session.lint
+    real = cached.Session.lint
 
     def counted(self, *args):  # type: ignore[no-untyped-def]
         calls.append(args[0])
         return real(self, *args)
 
-    monkeypatch.setattr(cli.cached.Session, "lint", counted)
+    monkeypatch.setattr(cached.Session, "lint", counted)
     assert run(["--format", "json"], capsys)[:2] == (rc, out)
     assert calls == [Path("model.py")]  # the foreign entry was not used...
-    assert entry.read_bytes().split(b" ")[1] == str(cache.SCHEMA).encode()  # ...but replaced
+    assert entry.read_bytes().split(b" ")[1] == str(seal.SCHEMA).encode()  # ...but replaced
 
 
 def test_no_cache_cache_dir_and_clean(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,7 +18,7 @@ import pytest
 from _cli_helpers import run, write_model
 from _hostile import full_snapshot
 
-from shapelint.app import cache
+from shapelint.app import cache, fingerprint, seal
 
 FINDING = "SL101"
 
@@ -29,13 +29,13 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("SHAPELINT_NO_CACHE", raising=False)
     monkeypatch.delenv("SHAPELINT_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "key-home"))
-    cache._key.cache_clear()
+    seal.key.cache_clear()
     project = tmp_path / "project"
     (project / ".git").mkdir(parents=True)
     write_model(project)
     monkeypatch.chdir(project)
     yield project
-    cache._key.cache_clear()
+    seal.key.cache_clear()
 
 
 def records(project: Path, kind: str = "results") -> list[Path]:
@@ -70,7 +70,7 @@ def test_a_pickled_entry_is_never_unpickled(here: Path, capsys: pytest.CaptureFi
     import pickle
 
     payload = pickle.dumps(Evil())
-    header = {"schema": 1, "env": cache.environment(), "target": str((here / "model.py").resolve()), "deps": {},
+    header = {"schema": 1, "env": fingerprint.environment(), "target": str((here / "model.py").resolve()), "deps": {},
               "payload": __import__("hashlib").sha256(payload).hexdigest()}
     for name in (entry.name, entry.with_suffix(".entry").name):
         (entry.parent / name).write_bytes(json.dumps(header).encode() + b"\n" + payload)
@@ -106,13 +106,13 @@ def test_a_record_from_another_machine_is_a_miss(here: Path, tmp_path: Path, cap
     write_model(here)  # the finding is back, and the attacker's records claim no finding:
     forged = {p: p.read_bytes() for p in records(here) + records(here, "runs")}
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "attacker-home"))
-    cache._key.cache_clear()
+    seal.key.cache_clear()
     write_model(here, in_features=1024)
     lint_json(capsys)  # records of the clean model, under the attacker's key, with this content
     attacker = {p: p.read_bytes() for p in records(here) + records(here, "runs")}
     write_model(here)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "key-home"))
-    cache._key.cache_clear()
+    seal.key.cache_clear()
     for p, data in {**forged, **attacker}.items():
         p.write_bytes(data)
     rc, doc = lint_json(capsys)
@@ -134,20 +134,20 @@ def test_a_signed_but_inconsistent_run_is_not_replayed(here: Path, capsys: pytes
     """Even a record that verifies (written with the key) replays only an exit code that
     agrees with it."""
     first = lint_json(capsys)
-    key = cache._key()
+    key = seal.key()
     assert key is not None
     for record in records(here, "runs"):
         doc = json.loads(record.read_bytes().partition(b"\n")[2])
         doc["run"]["rc"] = 0
-        record.write_bytes(cache._sealed(key, doc))
+        record.write_bytes(seal.seal(key, doc))
     assert lint_json(capsys) == first
 
 
 def test_an_insecure_key_turns_the_cache_off(here: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A key file others can write could sign anything: the cache is off, the lint runs."""
     lint_json(capsys)
-    cache.key_file().chmod(0o666)
-    cache._key.cache_clear()
+    seal.key_file().chmod(0o666)
+    seal.key.cache_clear()
     for record in records(here) + records(here, "runs"):
         record.unlink()
     assert lint_json(capsys)[0] == 1
@@ -160,20 +160,20 @@ def test_an_insecure_key_turns_the_cache_off(here: Path, tmp_path: Path, capsys:
 def test_the_environment_covers_sys_path_and_every_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
     """The cache went stale after upgrading any library but torch and transformers, or
     after a PYTHONPATH change."""
-    cache.environment.cache_clear()
-    before = cache.environment()
+    fingerprint.environment.cache_clear()
+    before = fingerprint.environment()
     monkeypatch.setattr(sys, "path", [*sys.path, "/somewhere/else"])
-    cache.environment.cache_clear()
-    assert cache.environment() != before
+    fingerprint.environment.cache_clear()
+    assert fingerprint.environment() != before
     monkeypatch.undo()
-    real = cache._distributions()
+    real = fingerprint.distributions()
     assert ("pytest", __import__("pytest").__version__) in {(n, v) for n, v, _ in real}
-    monkeypatch.setattr(cache, "_distributions", lambda: [(n, "0.0" if n == "PyYAML" else v, p) for n, v, p in real])
-    cache.environment.cache_clear()
-    assert cache.environment() != before
+    monkeypatch.setattr(fingerprint, "distributions", lambda: [(n, "0.0" if n == "PyYAML" else v, p) for n, v, p in real])
+    fingerprint.environment.cache_clear()
+    assert fingerprint.environment() != before
     monkeypatch.undo()
-    cache.environment.cache_clear()
-    assert cache.environment() == before
+    fingerprint.environment.cache_clear()
+    assert fingerprint.environment() == before
 
 
 def test_an_edit_during_the_lint_stores_nothing(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -263,7 +263,7 @@ def test_clean_removes_its_own_files_and_keeps_the_rest(here: Path, capsys: pyte
 def test_a_new_cache_folder_is_made_only_where_nothing_is(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (here / "empty").mkdir()
     assert run(["model.py", "--no-config", "--cache-dir", "empty"], capsys)[0] == 1
-    assert (here / "empty" / "CACHEDIR.TAG").read_text() == cache._CACHEDIR_TAG
+    assert (here / "empty" / "CACHEDIR.TAG").read_text() == cache.CACHEDIR_TAG
     assert (here / "empty" / ".gitignore").read_text().splitlines()[-1] == "*"
     assert run(["model.py", "--no-config", "--cache-dir", "new/deeper"], capsys)[0] == 1
     assert cache.is_cache(here / "new" / "deeper")

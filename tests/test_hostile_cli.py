@@ -15,7 +15,7 @@ from _cli_helpers import LINEAR_LINE, MODEL, run, write_model
 from _hostile import lint
 from test_formats import check_sarif
 
-from shapelint.app import cli, isolate
+from shapelint.app import cli, isolate, parser
 
 GOOD = MODEL.format(in_features=1023, comment="")
 BUILD = "import torch.nn as nn\n\n\ndef build():\n    return nn.Linear(64, 64)\n"
@@ -410,7 +410,7 @@ def test_isolation_flags_are_checked(here: Path, capsys: pytest.CaptureFixture[s
                            (["--timeout", "5", "--no-isolate"], "--timeout and --max-memory need the child")):
         rc, _, err = run(["model.py", "--no-config", *argv], capsys)
         assert rc == 2 and expected in err and len(err.splitlines()) == 1, err
-    assert cli._bytes("8G") == 8 * 2**30 and cli._bytes("512m") == 512 * 2**20
+    assert parser.memory_size("8G") == 8 * 2**30 and parser.memory_size("512m") == 512 * 2**20
 
 
 @pytest.mark.parametrize("argv,expected", [

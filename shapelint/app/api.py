@@ -31,17 +31,16 @@ import torch
 from rich.console import Group
 
 from shapelint import hardware
-from shapelint.check.run import load_rules, select_rules
+from shapelint.app.lint_plan import LintPlan, select_rules
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
 from shapelint.load.loaders import target_kind
 from shapelint.load.usercode import LOCK
-from shapelint.locate import suppress
 from shapelint.model.records import Finding, Gemm
+from shapelint.pipeline import run as pipeline
 from shapelint.pipeline import settings
-from shapelint.pipeline.result import Options, Result
-from shapelint.pipeline.run import lint_module
-from shapelint.pipeline.run import lint_target as _lint_path
+from shapelint.pipeline.result import Result
+from shapelint.pipeline.settings import Settings
 from shapelint.price import StepEstimate
 from shapelint.price.step import StepTime
 
@@ -119,9 +118,12 @@ def lint(model: torch.nn.Module, example_inputs: Any, *, gpu: str | None = None,
     settings as the command line's (``shapelint --help``)."""
     if not isinstance(model, torch.nn.Module):
         raise ShapelintError(f"lint(): model must be a torch.nn.Module, got {type(model).__name__}")
-    opts = _options(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp)
+    given = _settings(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp, select=select,
+                      ignore=ignore)
     with LOCK:  # one lint at a time (see the module docstring)
-        return Report(lint_module(model, example_inputs, opts, _gpu(gpu), _rules(select, ignore)))
+        hw = hardware.resolve(gpu) if gpu is not None else hardware.default_gpu()
+        plan = LintPlan(given, select_rules(given), gpu=hw)
+        return Report(pipeline.lint_module(model, example_inputs, plan.options(), hw, plan.rules.selected))
 
 
 def lint_target(path: str | Path, *, gpu: str | None = None, dtype: str | None = None, training: bool | None = None,
@@ -134,32 +136,29 @@ def lint_target(path: str | Path, *, gpu: str | None = None, dtype: str | None =
     not read (pass the settings)."""
     path = Path(path)
     target_kind(path)  # a clear error for what is not a target
-    opts = _options(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp, batch=batch, seq=seq)
+    given = _settings(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp, batch=batch,
+                      seq=seq, select=select, ignore=ignore)
     with LOCK:  # one lint at a time (see the module docstring)
-        r = _lint_path(path, opts, _gpu(gpu) if gpu is not None else None, _rules(select, ignore))
-    from shapelint.pipeline.run import with_findings
+        plan = LintPlan(given, select_rules(given), gpu=hardware.resolve(gpu) if gpu is not None else None)
+        # no configuration file: the target's own settings shadow nothing, so none are read here
+        r = pipeline.lint_target(path, plan.options(), plan.gpu, plan.rules.selected)
+    return Report(plan.suppression().apply(r))
 
-    return Report(with_findings(r, suppress.apply(r.findings)))
+
+#: the keywords checked as their settings are in a configuration file, in this order
+_CHECKED = ("dtype", "compile", "optimizer", "tp", "batch", "seq")
 
 
-def _options(**given: Any) -> Options:
-    """Options from keyword arguments, each validated as its setting is in a configuration file."""
-    checks = {"dtype": "dtype", "compile": "compile", "optimizer": "optimizer", "tp": "tp", "batch": "batch",
-              "seq": "seq"}
-    for name, key in checks.items():
+def _settings(*, training: bool | None, select: Sequence[str], ignore: Sequence[str], **given: Any) -> Settings:
+    """The keywords as the settings a command line gives, each validated as its setting
+    is in a configuration file (the error names the keyword: ``dtype=: ...``)."""
+    for name in _CHECKED:
         if given.get(name) is not None:
-            settings.validate(settings.BY_KEY[key], given[name], f"{name}=")
-    if given.get("training") is not None and not isinstance(given["training"], bool):
-        raise ShapelintError(f"training=: expected True or False, got {settings.describe(given['training'])}")
-    return Options(**given)
-
-
-def _gpu(name: str | None) -> Hardware:
-    return hardware.resolve(name) if name is not None else hardware.default_gpu()
-
-
-def _rules(select: Sequence[str], ignore: Sequence[str]) -> list[Any]:
-    return select_rules(load_rules(), list(select), list(ignore))
+            settings.validate(settings.BY_KEY[name], given[name], f"{name}=")
+    if training is not None and not isinstance(training, bool):
+        raise ShapelintError(f"training=: expected True or False, got {settings.describe(training)}")
+    return Settings(**given, inference=None if training is None else not training, select=list(select),
+                    ignore=list(ignore))
 
 
 __all__ = ["Report", "lint", "lint_target"]

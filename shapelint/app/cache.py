@@ -7,9 +7,9 @@ run, imported or unpickled):
 - ``results/<target>-<options>.json``, one per target and set of options: the
   target's ``Result`` as ``lint_target`` returned it (before per-module ignores and
   ``# shapelint: ignore`` comments, applied on every run), the digest of the
-  environment (:func:`environment`) and every file the lint depended on
-  (:mod:`shapelint.app.deps`) with the SHA-256 of its content. It is used only when the
-  environment and every dependency still match.
+  environment (:func:`shapelint.app.fingerprint.environment`) and every file the lint
+  depended on (:mod:`shapelint.app.deps`) with the SHA-256 of its content. It is used
+  only when the environment and every dependency still match.
 - ``runs/<key>.json``: what a whole run printed (stdout, stderr, the ``--output``
   file) and its exit code, keyed by the command line, the configuration, the
   terminal, the working directory and every target's valid record. A re-run with
@@ -17,18 +17,16 @@ run, imported or unpickled):
 
 **Why it can be trusted.** Every record carries an HMAC-SHA256 of its bytes under a
 key that lives outside the work tree, in the user's cache home
-(:func:`key_file`: ``$XDG_CACHE_HOME/shapelint/cache-key``, else
-``~/.cache/shapelint/cache-key``; created once, mode 0600). A record committed to a
-repository, restored from a shared CI cache or written by another machine or user
-does not verify and is a miss, never a result; so is one whose bytes were edited.
-A record that verifies still has to decode as exactly the types it should hold, and a
-replayed exit code must be 0, 1 or 2 and agree with the findings and errors it
-replays. Without a usable key (a read-only home, a key file others can write) the
-cache is off for the run.
+(:mod:`shapelint.app.seal`): a record committed to a repository, restored from a
+shared CI cache, written by another machine or user, or edited, does not verify and
+is a miss, never a result. A record that verifies still has to decode as exactly the
+types it should hold, and a replayed exit code must be 0, 1 or 2 and agree with the
+findings and errors it replays. Without a usable key the cache is off for the run.
 
-**What it covers.** The environment digest holds shapelint's version and sources,
-every installed distribution's name and version, ``sys.path``, Python's version and
-the local GPUs: upgrading any package, or a ``PYTHONPATH`` change, is a miss.
+**What it covers.** The environment digest (:mod:`shapelint.app.fingerprint`) holds
+shapelint's version and sources, every installed distribution's name and version,
+``sys.path``, Python's version and the local GPUs: upgrading any package, or a
+``PYTHONPATH`` change, is a miss.
 
 **What it deletes.** ``shapelint clean`` removes only a folder carrying shapelint's
 ``CACHEDIR.TAG``, and in it only the files of its own layout; whatever else the
@@ -43,36 +41,27 @@ Clear it with ``shapelint clean``. ``--no-cache`` neither reads nor writes it;
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
-import hmac
-import json
 import os
 import re
-import secrets
 import stat
-import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shapelint.app import fingerprint, seal
+from shapelint.app.fingerprint import digest, file_digest
 from shapelint.errors import ShapelintError
-from shapelint.files import PACKAGE_DIR
-from shapelint.version import __version__
 
 if TYPE_CHECKING:
     from shapelint.pipeline.result import Result
 
-#: the layout of a record: raise it whenever what a record holds changes meaning
-SCHEMA = 2
 DIR_NAME = ".shapelint_cache"
-#: the first bytes of every record, before its HMAC
-MAGIC = b"shapelint-cache"
-_GITIGNORE = "# Automatically created by shapelint.\n*\n"
-_CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
-                 "# This file is a cache directory tag created by shapelint.\n")
+GITIGNORE = "# Automatically created by shapelint.\n*\n"
+CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+                "# This file is a cache directory tag created by shapelint.\n")
 #: the files a shapelint cache folder holds, by sub-folder (``""``: the folder itself);
 #: ``.entry`` files are schema 1's, ``.tmp-`` files an interrupted write's
 _LAYOUT: dict[str, re.Pattern[str]] = {
@@ -81,156 +70,6 @@ _LAYOUT: dict[str, re.Pattern[str]] = {
 }
 #: the largest record read (a 50-target run's output is a few MB)
 _MAX_RECORD = 256 * 2**20
-#: the environment variables that decide how the text report looks on a terminal
-_TERMINAL_VARS = ("NO_COLOR", "FORCE_COLOR", "TERM", "COLORTERM", "COLUMNS", "LINES", "TTY_COMPATIBLE",
-                  "TTY_INTERACTIVE", "CLICOLOR", "CLICOLOR_FORCE")
-
-
-def digest(value: Any) -> str:
-    """SHA-256 of a JSON-able value (anything else by its ``repr``)."""
-    text = json.dumps(value, sort_keys=True, default=repr, ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def file_digest(path: str | Path) -> str | None:
-    """SHA-256 of a file's bytes; None when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest() if hasattr(hashlib, "file_digest") \
-                else hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
-
-
-# -- the key ---------------------------------------------------------------------------
-
-
-def key_file() -> Path:
-    """Where the cache's HMAC key lives: the user's cache home, outside every work tree."""
-    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(home) / "shapelint" / "cache-key"
-
-
-@functools.cache
-def _key() -> bytes | None:
-    """The HMAC key, created on first use; None when there is no key this user alone
-    can write (then the cache is off)."""
-    path = key_file()
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        except FileExistsError:
-            pass
-        else:
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(32))
-        return _read_key(path)
-    return None
-
-
-def _read_key(path: Path) -> bytes | None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        mine = not hasattr(os, "getuid") or st.st_uid == os.getuid()
-        if not stat.S_ISREG(st.st_mode) or not mine or st.st_mode & 0o022:
-            return None
-        text = f.read(65).strip()
-    return bytes.fromhex(text.decode()) if re.fullmatch(rb"[0-9a-f]{64}", text) else None
-
-
-def _mac(key: bytes, body: bytes) -> str:
-    return hmac.new(key, MAGIC + b"\0" + body, hashlib.sha256).hexdigest()
-
-
-def _sealed(key: bytes, doc: dict[str, Any]) -> bytes:
-    """A record: magic, schema and HMAC on the first line, then the JSON body."""
-    body = json.dumps(doc, separators=(",", ":")).encode("utf-8")
-    return MAGIC + f" {SCHEMA} {_mac(key, body)}\n".encode() + body
-
-
-def _opened(key: bytes, data: bytes) -> dict[str, Any] | None:
-    """The body of a record that verifies under ``key``, else None."""
-    head, _, body = data.partition(b"\n")
-    parts = head.split(b" ")
-    if len(parts) != 3 or parts[0] != MAGIC or parts[1] != str(SCHEMA).encode():
-        return None
-    if not hmac.compare_digest(parts[2], _mac(key, body).encode()):
-        return None
-    try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-# -- what decides every result ------------------------------------------------------
-
-
-def _source_digest() -> str:
-    """SHA-256 over shapelint's own files (code, rules, GPU profiles): a development
-    install changes them without changing the version."""
-    import importlib.util
-
-    h = hashlib.sha256()
-    folders = [PACKAGE_DIR]
-    rules = importlib.util.find_spec("shapelint.rules")
-    folders += [Path(p) for p in (rules.submodule_search_locations or [])] if rules else []
-    for folder in folders:
-        for file in sorted(folder.rglob("*")):
-            if file.suffix in (".py", ".yaml", ".yml") and "__pycache__" not in file.parts:
-                h.update(str(file.relative_to(folder)).encode())
-                h.update(file.read_bytes())
-    return h.hexdigest()
-
-
-def _distributions() -> list[tuple[str, str, str]]:
-    """Every installed distribution on ``sys.path``: name, version and folder (read
-    from its metadata, nothing imported)."""
-    import importlib.metadata
-
-    out = set()
-    for dist in importlib.metadata.distributions():
-        with contextlib.suppress(Exception):
-            out.add((str(dist.name), str(dist.version), str(getattr(dist, "_path", ""))))
-    return sorted(out)
-
-
-def _local_gpus() -> list[str]:
-    """What decides the default GPU profile, read without torch: the NVIDIA driver's
-    description of each GPU and which of them CUDA may use."""
-    out = [os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")]
-    with contextlib.suppress(OSError):
-        for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
-            out.append(info.read_text(errors="replace"))
-    return out
-
-
-@functools.cache
-def environment() -> str:
-    """The digest of everything outside the user's files and options that decides a result."""
-    return digest({
-        "schema": SCHEMA,
-        "shapelint": __version__,
-        "sources": _source_digest(),
-        "distributions": _distributions(),
-        "sys_path": list(sys.path),
-        "python": [sys.version, sys.executable],
-        "gpus": _local_gpus(),
-    })
-
-
-def terminal() -> dict[str, Any]:
-    """How the text report will look: a terminal or not, the colour settings, and on
-    a terminal its size (elsewhere the report is 120 columns wide)."""
-    tty = sys.stdout.isatty()
-    names = _TERMINAL_VARS if tty else tuple(v for v in _TERMINAL_VARS if v not in ("COLUMNS", "LINES"))
-    size = None
-    if tty:
-        with contextlib.suppress(OSError):
-            size = tuple(os.get_terminal_size(sys.stdout.fileno()))
-    return {"tty": tty, "size": size, "env": {v: os.environ.get(v) for v in names}}
 
 
 # -- the store ------------------------------------------------------------------------
@@ -265,7 +104,7 @@ def is_cache(folder: Path) -> bool:
         if folder.is_symlink() or not folder.is_dir():
             return False
         tag = folder / "CACHEDIR.TAG"
-        return _is_file(tag) and tag.read_text(encoding="utf-8") == _CACHEDIR_TAG
+        return _is_file(tag) and tag.read_text(encoding="utf-8") == CACHEDIR_TAG
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -300,7 +139,7 @@ class Store:
         """The store in ``folder``, after :meth:`check`; None when no key can be had."""
         store = cls(folder)
         store.check(project_root, flag)
-        key = _key()
+        key = seal.key()
         return None if key is None else cls(folder, key)
 
     def check(self, project_root: Path, flag: str) -> None:
@@ -327,7 +166,7 @@ class Store:
         for sub in (self._results(), self.folder / "runs"):
             sub.mkdir(parents=True, exist_ok=True)
         if fresh:
-            for name, text in ((".gitignore", _GITIGNORE), ("CACHEDIR.TAG", _CACHEDIR_TAG)):
+            for name, text in ((".gitignore", GITIGNORE), ("CACHEDIR.TAG", CACHEDIR_TAG)):
                 _write_new(self.folder / name, text.encode())
 
     def _write(self, path: Path, doc: dict[str, Any]) -> None:
@@ -339,7 +178,7 @@ class Store:
             self._prepare()
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
-                f.write(_sealed(self.key, doc))
+                f.write(seal.seal(self.key, doc))
             os.replace(tmp, path)
         except OSError:
             if tmp is not None:
@@ -358,13 +197,13 @@ class Store:
                 data = f.read(_MAX_RECORD + 1)
         except OSError:
             return None
-        return None if len(data) > _MAX_RECORD else _opened(self.key, data)
+        return None if len(data) > _MAX_RECORD else seal.unseal(self.key, data)
 
     # -- per-target results
     def _header(self, path: Path) -> dict[str, Any] | None:
         """The record when it is valid now: this environment, every dependency unchanged."""
         doc = self._read(path)
-        if doc is None or doc.get("env") != environment():
+        if doc is None or doc.get("env") != fingerprint.environment():
             return None
         deps = doc.get("deps")
         if not isinstance(deps, dict) or "result" not in doc:
@@ -394,7 +233,8 @@ class Store:
         """Store ``result`` with its dependencies' digests (taken before the lint read them)."""
         from shapelint.pipeline.result import result_to_data
 
-        doc = {"env": environment(), "target": str(target.resolve()), "deps": deps, "result": result_to_data(result)}
+        doc = {"env": fingerprint.environment(), "target": str(target.resolve()), "deps": deps,
+               "result": result_to_data(result)}
         self._write(self._entry(target, options), doc)
 
     def dependencies(self, target: Path) -> set[str] | None:
@@ -414,7 +254,7 @@ class Store:
 
     def replay(self, key: str) -> Replay | None:
         doc = self._read(self._run(key))
-        if doc is None or doc.get("env") != environment():
+        if doc is None or doc.get("env") != fingerprint.environment():
             return None
         from shapelint.model import serial
 
@@ -428,7 +268,7 @@ class Store:
         from shapelint.model import serial
 
         if replay.consistent():
-            self._write(self._run(key), {"env": environment(), "run": serial.encode(replay)})
+            self._write(self._run(key), {"env": fingerprint.environment(), "run": serial.encode(replay)})
 
     def clear(self) -> list[Path]:
         """Delete what shapelint made here: the files of its layout, then each folder
@@ -440,7 +280,7 @@ class Store:
         for entry in self.folder.iterdir():
             if entry.name in ("results", "runs", "CACHEDIR.TAG"):
                 continue
-            if entry.name == ".gitignore" and _is_file(entry) and entry.read_bytes() == _GITIGNORE.encode():
+            if entry.name == ".gitignore" and _is_file(entry) and entry.read_bytes() == GITIGNORE.encode():
                 entry.unlink()
             else:
                 stays.append(entry)
@@ -495,8 +335,8 @@ def _target_id(target: Path) -> str:
 def run_key(parts: dict[str, Any], entries: Sequence[str]) -> str:
     """The key of a whole run: its command line and settings (``parts``), the terminal,
     the working directory and each target's record digest, in order."""
-    return digest({"parts": parts, "entries": list(entries), "terminal": terminal(), "cwd": os.getcwd(),
-                   "env": environment()})
+    return digest({"parts": parts, "entries": list(entries), "terminal": fingerprint.terminal(),
+                   "cwd": os.getcwd(), "env": fingerprint.environment()})
 
 
 def unchanged(before: dict[str, str | None], files: Iterable[str]) -> dict[str, str] | None:
@@ -532,5 +372,5 @@ class Tee:
         return getattr(self.stream, name)
 
 
-__all__ = ["DIR_NAME", "SCHEMA", "Replay", "Store", "Tee", "default_dir", "digest", "environment", "forbidden",
-           "is_cache", "key_file", "run_key", "unchanged"]
+__all__ = ["CACHEDIR_TAG", "DIR_NAME", "GITIGNORE", "Replay", "Store", "Tee", "default_dir", "forbidden", "is_cache",
+           "run_key", "unchanged"]

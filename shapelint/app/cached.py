@@ -14,7 +14,6 @@ lint began): a file edited during the lint stores nothing.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -24,16 +23,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shapelint.app import deps, project
-from shapelint.app.cache import Replay, Store, Tee, default_dir, digest, file_digest, run_key, unchanged
+from shapelint.app.cache import Replay, Store, Tee, default_dir, run_key, unchanged
+from shapelint.app.fingerprint import digest, file_digest
 from shapelint.errors import ShapelintError
 from shapelint.load.targets import chosen, discover
 
 if TYPE_CHECKING:
     from shapelint.app.config import Config
+    from shapelint.app.request import Request
     from shapelint.check.rule_api import Rule
     from shapelint.hardware import Hardware
     from shapelint.pipeline.result import Options, Result
-    from shapelint.pipeline.settings import Settings
 
 #: these settings leave the cache alone: they do more than report
 _BYPASS = ("verify", "plot", "dump_graph", "fix", "diff")
@@ -66,8 +66,8 @@ def env_flag(name: str) -> bool:
     raise ShapelintError(f"{name}={os.environ[name]!r}: expected 1/true/yes/on or 0/false/no/off")
 
 
-def _disabled(args: argparse.Namespace) -> bool:
-    return bool(args.no_cache or env_flag("SHAPELINT_NO_CACHE") or any(getattr(args, a, None) for a in _BYPASS))
+def _disabled(request: Request) -> bool:
+    return bool(request.no_cache or env_flag("SHAPELINT_NO_CACHE") or any(getattr(request, a) for a in _BYPASS))
 
 
 def _files_digest(paths: Sequence[str]) -> list[Any]:
@@ -89,8 +89,8 @@ class Session:
         self.parts = parts
         #: the rest of the run's key: every argument and setting
         self.run = {**run, "targets": [str(p) for p in paths]}
-        #: the exit code when the run is over before linting (a replay, a hook with nothing to lint)
-        self.rc: int | None = None
+        #: a ``--hook`` run whose changed files no target depends on: over before linting
+        self.nothing_to_lint = False
         #: whether the command line or the configuration named any target (filters may leave none)
         self.named = True
         #: what an earlier run with the same key printed (to print again), if any
@@ -189,50 +189,53 @@ def _portable(exc: Exception) -> ShapelintError:
     return ShapelintError(describe(exc))
 
 
-def start(args: argparse.Namespace, cfg: Config, flags: Settings) -> Session:
-    """The run's targets and cache; ``rc`` set when nothing is left to lint, ``replay``
-    when an earlier run with the same key can be printed again (the caller prints it,
-    through the same checks as a fresh report: :func:`print_replay`)."""
+def start(request: Request) -> Session:
+    """The run's targets and cache; ``nothing_to_lint`` set when a ``--hook`` run has
+    nothing to lint, ``replay`` when an earlier run with the same key can be printed
+    again (the caller prints it, through the same checks as a fresh report:
+    :func:`print_replay`)."""
+    cfg = request.config
     store = None
-    if not _disabled(args):
-        where, named_by = folder(args.cache_dir, cfg)
+    if not _disabled(request):
+        where, named_by = folder(request.cache_dir, cfg)
         store = Store.open(where, project.root(cfg), named_by)
     configured = project.configured(cfg)
-    if args.hook:
-        paths = project.affected(args.targets, discover(configured).targets if configured else [], store)
+    targets = list(request.targets)
+    if request.hook:
+        paths = project.affected(targets, discover(configured).targets if configured else [], store)
     else:
-        paths = chosen(args.targets or configured, args.skip_other_files, args.verbose)
-    session = Session(paths, store, _result_parts(args, cfg, flags), _run_parts(args, cfg))
-    session.named = bool(args.targets or configured)
-    if args.hook and not paths:
-        session.rc = 0  # the commit touches no target and no target's dependency
+        paths = chosen(targets or configured, request.skip_other_files, request.verbose)
+    session = Session(paths, store, _result_parts(request), _run_parts(request))
+    session.named = bool(targets or configured)
+    if request.hook and not paths:
+        session.nothing_to_lint = True  # the commit touches no target and no target's dependency
     elif store is not None and paths:
         entries = [store.valid(p, session._options(p)) for p in paths]
         session.replay = store.replay(run_key(session.run, [str(e) for e in entries])) if all(entries) else None
     return session
 
 
-def _run_parts(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
-    """What decides a whole run's output besides its targets' results: every argument and setting."""
-    return {"args": {k: v for k, v in vars(args).items() if k != "targets"},
-            "config": {k: v for k, v in asdict(cfg).items() if k != "lines"}}
+def _run_parts(request: Request) -> dict[str, Any]:
+    """What decides a whole run's output besides its targets' results: every option and setting."""
+    return {"request": {k: v for k, v in asdict(request).items() if k not in ("targets", "config")},
+            "config": {k: v for k, v in asdict(request.config).items() if k != "lines"}}
 
 
-def _result_parts(args: argparse.Namespace, cfg: Config, flags: Settings) -> dict[str, Any]:
+def _result_parts(request: Request) -> dict[str, Any]:
     """What decides every target's result besides its files and the environment."""
     return {
-        "config": {k: v for k, v in asdict(cfg).items() if k not in _REPORTING},
-        "flags": {k: v for k, v in asdict(flags).items() if k not in _REPORTING},
-        "gpu_profile": file_digest(args.gpu_profile) if args.gpu_profile else None,
-        "rules_dir": _files_digest(args.rules_dir),
-        "root": str(project.root(cfg)),
+        "config": {k: v for k, v in asdict(request.config).items() if k not in _REPORTING},
+        "flags": {k: v for k, v in asdict(request.flags).items() if k not in _REPORTING},
+        "gpu_profile": file_digest(request.gpu_profile) if request.gpu_profile else None,
+        "rules_dir": _files_digest(request.rules_dirs),
+        "root": str(project.root(request.config)),
         "cwd": os.getcwd(),
     }
 
 
-def print_replay(replay: Replay, output: str | None) -> int:
+def print_replay(replay: Replay, output: str | None) -> None:
     """Print again what a run printed (the ``--output`` file written as a fresh run
-    writes it: :func:`shapelint.files.write_file`); its exit code."""
+    writes it: :func:`shapelint.files.write_file`); its exit code is ``replay.rc``."""
     from shapelint.app import outputs
 
     if output and replay.output is not None:
@@ -240,7 +243,6 @@ def print_replay(replay: Replay, output: str | None) -> int:
     with outputs.stdout_guard():
         sys.stdout.write(replay.stdout)
     sys.stderr.write(replay.stderr)
-    return replay.rc
 
 
 __all__ = ["Session", "env_flag", "folder", "print_replay", "start"]

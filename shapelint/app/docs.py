@@ -107,7 +107,7 @@ def _options(parser: argparse.ArgumentParser, skip: Callable[[argparse.Action], 
 def render_settings() -> str:
     """docs/settings.md: every setting of ``SETTINGS``, then the command's options that
     are not settings (from the argument parsers the command itself uses)."""
-    from shapelint.app.cli import build_parser, calibrate_parser
+    from shapelint.app.parser import build_parser, calibrate_parser
 
     out = ["# Settings and options reference", "",
            "Generated from `SETTINGS` and the command's argument parser by `python -m shapelint.app.docs settings`; "

@@ -9,7 +9,7 @@ reporters (``shapelint.report``) render the ``Result``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +60,38 @@ def lint_target(path: Path, opts: Options, hw: Hardware | None, rules: Sequence[
         raise ShapelintError(f"{path}: {why}") from None
 
 
-def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Sequence[Rule]) -> Result:
-    """Capture, check and price a loaded model (a target file's, or a model the Python API was given)."""
-    path = loaded.target
+@dataclass(frozen=True)
+class Resolved:
+    """A target's settings as its lint uses them: each from ``Options`` (the command
+    line, the configuration), else the target's own (``Loaded.settings``), else the
+    default."""
+
+    precision: str
+    hardware: Hardware
+    tp: int
+    training: bool
+    compiled: bool
+
+
+def resolve_target(opts: Options, loaded: Loaded, hw: Hardware | None) -> Resolved:
+    """``loaded``'s settings under ``opts``; ``hw`` None: the target's own ``gpu``, else the default GPU."""
     precision = resolve_precision(opts, loaded)
     if hw is None:
         hw = hardware.resolve(str(loaded.settings["gpu"])) if "gpu" in loaded.settings else hardware.default_gpu()
-    tp = opts.tp if opts.tp is not None else int(loaded.settings.get("tp", 1))
-    training = opts.training if opts.training is not None else bool(loaded.settings.get("training", True))
+    return Resolved(
+        precision=precision,
+        hardware=hw,
+        tp=opts.tp if opts.tp is not None else int(loaded.settings.get("tp", 1)),
+        training=opts.training if opts.training is not None else bool(loaded.settings.get("training", True)),
+        compiled=opts.compile if opts.compile is not None else bool(loaded.settings.get("compile", False)),
+    )
+
+
+def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Sequence[Rule]) -> Result:
+    """Capture, check and price a loaded model (a target file's, or a model the Python API was given)."""
+    path = loaded.target
+    target = resolve_target(opts, loaded, hw)
+    precision, hw, tp, training = target.precision, target.hardware, target.tp, target.training
     try:
         check_not_compiled(loaded.model)
     except ShapelintError as exc:
@@ -94,10 +118,10 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
         vocab_sizes=vocab_sizes(loaded.model),
         tp=tp,
     )
-    compiled = opts.compile if opts.compile is not None else bool(loaded.settings.get("compile", False))
-    graphs = loaded.compile_probe() if compiled and loaded.compile_probe is not None else None
+    graphs = loaded.compile_probe() if target.compiled and loaded.compile_probe is not None else None
     step_of_capture = Step(cap.gemms, cap.ops, cap.params, training, cap.syncs, cap.breaks, graphs)
-    model = StepModel(step_of_capture, hw, "compile" if compiled else "eager", opts.optimizer or str(default("optimizer")))
+    model = StepModel(step_of_capture, hw, "compile" if target.compiled else "eager",
+                      opts.optimizer or str(default("optimizer")))
     findings = price(run_rules(rules, cap.gemms, hw, ctx), cap.gemms, hw, opts.policy, on=model)
     if loaded.config_file:
         findings = locate_all(findings, loaded.config_keys, loaded.config_file, tp=tp)
@@ -121,9 +145,6 @@ def with_findings(result: Result, findings: list[Finding]) -> Result:
                    step_time_after=after)
 
 
-__all__ = ["lint_loaded", "lint_module", "lint_target", "resolve_precision", "trace", "vocab_sizes", "with_findings"]
-
-
 def trace(build: Callable[[], tuple[torch.nn.Module, Any]], *, precision: str = "bf16",
           training: bool = True) -> tuple[Capture, torch.nn.Module]:
     """Load + capture for an in-memory builder (tests, rule examples, the Python API):
@@ -138,3 +159,7 @@ def trace(build: Callable[[], tuple[torch.nn.Module, Any]], *, precision: str = 
         cap = capture(model, inputs, precision=precision, training=training, defined_at=defined)
     cap.tokens = token_count(inputs)
     return cap, model
+
+
+__all__ = ["Resolved", "lint_loaded", "lint_module", "lint_target", "resolve_precision", "resolve_target", "trace",
+           "vocab_sizes", "with_findings"]

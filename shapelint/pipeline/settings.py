@@ -112,6 +112,11 @@ def default(key: str) -> Any:
     return BY_KEY[key].default
 
 
+def or_default(value: Any, key: str) -> Any:
+    """``value``, or the setting ``key``'s default when it is not given (None)."""
+    return value if value is not None else default(key)
+
+
 def merged(*layers: Settings) -> Settings:
     """The first given value of each setting, layer by layer (highest precedence first)."""
     values = {}
@@ -255,6 +260,9 @@ VALIDATORS: dict[Kind, Callable[[Any, str], Any]] = {
 }
 
 
+#: the placeholder of a flag's value in ``--help``, by kind (others: ``N``)
+METAVARS: dict[Kind, str] = {"gpu": "NAME", "codes": "CODES", "number": "X", "fraction": "X"}
+
 #: the choice kinds and their values (argparse's ``choices=``)
 CHOICES: dict[Kind, tuple[str, ...]] = {"dtype": DTYPES, "format": FORMATS, "optimizer": OPTIMIZERS}
 
@@ -303,7 +311,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         elif s.kind in CHOICES:
             parser.add_argument(f"--{s.key}", choices=CHOICES[s.kind], default=None, help=s.help)
         else:
-            metavar = {"gpu": "NAME", "codes": "CODES", "number": "X", "fraction": "X"}.get(s.kind, "N")
+            metavar = METAVARS.get(s.kind, "N")
             parser.add_argument(f"--{s.key}", type=_from_text(s), default=None, metavar=metavar, help=s.help)
 
 

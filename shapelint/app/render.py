@@ -1,0 +1,98 @@
+"""What a run prints: the rule list, a replayed run, or the report of the targets
+linted (to ``--output`` or stdout), then the ``--fix`` notes, ``--statistics`` and
+the ``--plot`` file.
+
+The report goes to ``--output`` whole (a temporary file renamed over it), else to
+stdout, where a reader that closes the pipe early ends it quietly. The machine
+formats (json, sarif, github) carry the targets that failed; the text report leaves
+them to stderr, where each was printed when it failed, and when every target failed
+it writes no ``--output`` file (an earlier report there stays whole).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from typing import IO
+
+from shapelint.app import cached, outputs
+from shapelint.app.run import Linted, Outcome, Replayed, RuleList
+
+
+def render(outcome: Outcome) -> None:
+    """Print ``outcome`` (its exit code is ``outcome.exit_code()``, asked afterwards)."""
+    if isinstance(outcome, RuleList):
+        for rule in outcome.rules:
+            print(f"{rule.code}  {rule.name:32} {rule.summary}")
+    elif isinstance(outcome, Replayed):
+        cached.print_replay(outcome.replay, outcome.output)
+    elif isinstance(outcome, Linted):
+        with outcome.session.recording(outcome.request.output):  # kept for the next run's replay
+            _print(outcome)
+        if outcome.request.plot and outcome.results:
+            from shapelint.report import plot
+
+            plot.render(outcome.results, outcome.request.plot)
+
+
+def _print(outcome: Linted) -> None:
+    """The report (or ``--diff``'s diff), the ``--fix`` notes and ``--statistics``."""
+    request, fixing = outcome.request, outcome.fixing
+    fmt = request.format
+    if request.diff:
+        sys.stdout.write(fixing.diff if fixing is not None else "")
+    else:
+        write_report(outcome, fmt)
+    if fixing is not None:
+        notes_to = sys.stdout if fmt == "text" and not request.output and not request.diff else sys.stderr
+        print("\n".join(fixing.notes), file=notes_to)
+    if request.statistics:
+        from shapelint.report import text
+
+        to_stderr = fmt != "text" and not request.output
+        text.statistics(outcome.results, sys.stderr if to_stderr else sys.stdout,
+                        show_suppressed=request.show_suppressed)
+
+
+def write_report(outcome: Linted, fmt: str) -> None:
+    """The report in ``fmt``, to ``--output`` or stdout (see the module docstring)."""
+    output = outcome.request.output
+    if output:
+        if fmt == "text" and not outcome.results:  # every target failed (stderr says why): nothing to write
+            return
+        buffer = io.StringIO()
+        report(outcome, fmt, buffer, color=False)
+        outputs.write_file(output, buffer.getvalue(), "--output")
+        return
+    with outputs.stdout_guard():
+        try:
+            report(outcome, fmt, sys.stdout, color=False if os.environ.get("NO_COLOR") else None)
+        except SystemExit:  # rich ends a closed pipe with sys.exit(1): the run's exit code must win
+            raise BrokenPipeError from None
+
+
+def report(outcome: Linted, fmt: str, out: IO[str], color: bool | None = False) -> None:
+    """Write the report of ``outcome`` in ``fmt`` to ``out``; ``color`` (text only):
+    None colours on a terminal, False never."""
+    request = outcome.request
+    if fmt == "json":
+        from shapelint.report import json_report
+
+        out.write(json_report.render(outcome.results, show_suppressed=request.show_suppressed, errors=outcome.errors))
+    elif fmt == "sarif":
+        from shapelint.report import sarif
+
+        out.write(sarif.render(outcome.results, outcome.rules, show_suppressed=request.show_suppressed,
+                               errors=outcome.errors))
+    elif fmt == "github":
+        from shapelint.report import github
+
+        out.write(github.render(outcome.results, outcome.errors))
+    else:
+        from shapelint.report import text
+
+        text.render(outcome.results, out, verbose=request.verbose, color=color, show_suppressed=request.show_suppressed)
+
+
+__all__ = ["render", "report", "write_report"]

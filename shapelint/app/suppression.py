@@ -1,0 +1,54 @@
+"""What silences a finding after the lint, for the command line and the Python API
+alike: the configuration's ``per-module-ignores`` drop it, a ``# shapelint: ignore``
+comment on its source line marks it suppressed. The result cache stores results
+before either (:mod:`shapelint.app.cache`), so both apply on every run.
+
+A malformed or unknown ignore comment suppresses nothing; the command reports each
+as an error (:meth:`Suppression.problems`)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+
+from shapelint.app.config import module_ignored
+from shapelint.load.targets import PY_SUFFIX, YAML_SUFFIXES
+from shapelint.locate import suppress
+from shapelint.pipeline.result import Result
+from shapelint.pipeline.run import with_findings
+
+#: the files whose ignore comments are checked (a config.json has no comments)
+COMMENTED_SUFFIXES = (PY_SUFFIX, *YAML_SUFFIXES)
+
+
+class Suppression:
+    """The per-module ignores of a run and the rule codes and names an ignore comment
+    may name (``known``: every loaded rule's, selected or not). Each source file is
+    read once per :class:`Suppression` (:class:`shapelint.locate.suppress.LineReader`)."""
+
+    def __init__(self, per_module_ignores: dict[str, list[str]] | None = None,
+                 known: Collection[str] = frozenset()) -> None:
+        self.per_module_ignores = per_module_ignores
+        self.known = known
+        self.reader = suppress.LineReader()
+
+    def afresh(self) -> Suppression:
+        """The same suppression reading every file again (after ``--fix`` edited them)."""
+        return Suppression(self.per_module_ignores, self.known)
+
+    def apply(self, result: Result) -> Result:
+        """``result`` without the findings a per-module ignore covers, and with those
+        an ignore comment covers marked suppressed (the step estimates follow)."""
+        findings = [f for f in result.findings if not module_ignored(f, self.per_module_ignores)]
+        return with_findings(result, suppress.apply(findings, self.reader))
+
+    def problems(self, result: Result) -> list[suppress.Problem]:
+        """Malformed or unknown ignore comments in the target and the files its
+        findings point at."""
+        files = dict.fromkeys([result.config_file or result.target,
+                               *(f.source.file for f in result.findings if f.source)])
+        return [problem for file in files if Path(file).suffix.lower() in COMMENTED_SUFFIXES
+                for problem in suppress.problems(file, self.known, self.reader)]
+
+
+__all__ = ["Suppression"]
