@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 
 from shapelint.check.run import builtin_rules
-from shapelint.pipeline.settings import CHOICES, SETTINGS, Setting
+from shapelint.pipeline.settings import CHOICES, METAVARS, SETTINGS, Setting
 
 
 def render() -> str:
@@ -57,9 +57,6 @@ KIND_TYPES: dict[str, str] = {
     "paths": "a list of files, directories and globs",
 }
 
-_METAVARS = {"gpu": "NAME", "codes": "CODES", "number": "X", "fraction": "X"}
-
-
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -71,7 +68,7 @@ def _flag(s: Setting) -> str:
         return f"`--{s.key}` / `--no-{s.key}`"
     if s.kind in CHOICES:
         return f"`--{s.key} {{{','.join(CHOICES[s.kind])}}}`"
-    return f"`--{s.key} {_METAVARS.get(s.kind, 'N')}`"
+    return f"`--{s.key} {METAVARS.get(s.kind, 'N')}`"
 
 
 def _default(s: Setting) -> str:
