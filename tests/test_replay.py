@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 from shapelint.capture.precision import to_precision
 from shapelint.capture.replay.stats import STATS, Stats
 from shapelint.capture.run import Capture, Op, capture
-from shapelint.load.loaders import fake_construction
+from shapelint.load.fake import fake_construction
 
 #: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
 pytestmark = pytest.mark.slow

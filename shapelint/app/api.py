@@ -34,7 +34,7 @@ from shapelint import hardware
 from shapelint.check.run import load_rules, select_rules
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
-from shapelint.load.loaders import target_kind
+from shapelint.load.targets import target_kind
 from shapelint.load.usercode import LOCK
 from shapelint.locate import suppress
 from shapelint.model.records import Finding, Gemm

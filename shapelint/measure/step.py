@@ -65,7 +65,7 @@ from shapelint.capture.precision import AUTOCAST_PRECISIONS, PRECISIONS
 from shapelint.capture.run import loss_or_outputs, split_inputs
 from shapelint.errors import ShapelintError, one_line
 from shapelint.load.compile_probe import forget_warnings_once
-from shapelint.load.loaders import Built, build
+from shapelint.load.real import Built, build
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Result
 
@@ -436,7 +436,7 @@ def _has_builder(r: Result) -> bool:
     """A YAML target naming a builder (a file or module beside it, copied with it)."""
     if r.kind != "yaml" or not r.config_file:
         return False
-    from shapelint.load.loaders import read_yaml
+    from shapelint.load.documents import read_yaml
 
     return "model" in read_yaml(Path(r.config_file))
 
