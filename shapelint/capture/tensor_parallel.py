@@ -14,6 +14,7 @@ which need not divide, is rounded up (Megatron pads it the same way).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Sequence
 
@@ -107,14 +108,8 @@ def shard(gemms: Sequence[Gemm], tp: int) -> list[Gemm]:
         if h % tp or kv % tp:
             raise ShapelintError(
                 f"--tp {tp}: {module} has {h} attention heads and {kv} key/value heads; the tensor-parallel "
-                f"degree must divide both (Megatron-LM refuses it); try a divisor of {_gcd(h, kv)}")
+                f"degree must divide both (Megatron-LM refuses it); try a divisor of {math.gcd(h, kv)}")
     return [shard_one(g, tp, g.module in heads) for g in gemms]
-
-
-def _gcd(a: int, b: int) -> int:
-    while b:
-        a, b = b, a % b
-    return a
 
 
 def attention_heads(gemms: Sequence[Gemm]) -> dict[str, tuple[int, int]]:
@@ -125,17 +120,24 @@ def attention_heads(gemms: Sequence[Gemm]) -> dict[str, tuple[int, int]]:
     for g in gemms:
         if g.module in out or g.phase != "forward" or g.role not in ("attn_scores", "after_softmax"):
             continue
-        params = dict(g.module_params)
-        d = _first(params, HEAD_DIM_PARAMS) or (g.k if g.role == "attn_scores" else 0)
-        heads = (_first(params, HEADS_PARAMS) or _projected(widths, g.module, Q_PROJECTIONS, d)
-                 or _projected(widths, g.module, QKV_PROJECTIONS, 3 * d))
-        if not heads:
-            continue
-        groups = params.get("num_key_value_groups")
-        kv = (_first(params, KV_HEADS_PARAMS) or (heads // groups if groups else 0)
-              or _projected(widths, g.module, K_PROJECTIONS, d) or heads)
-        out[g.module] = (heads, kv)
+        heads = _heads(g, widths)
+        if heads is not None:
+            out[g.module] = heads
     return out
+
+
+def _heads(g: Gemm, widths: dict[str, int | None]) -> tuple[int, int] | None:
+    """(heads, key/value heads) of the attention that ran ``g``, None where nothing says."""
+    params = dict(g.module_params)
+    d = _first(params, HEAD_DIM_PARAMS) or (g.k if g.role == "attn_scores" else 0)
+    heads = (_first(params, HEADS_PARAMS) or _projected(widths, g.module, Q_PROJECTIONS, d)
+             or _projected(widths, g.module, QKV_PROJECTIONS, 3 * d))
+    if not heads:
+        return None
+    groups = params.get("num_key_value_groups")
+    kv = (_first(params, KV_HEADS_PARAMS) or (heads // groups if groups else 0)
+          or _projected(widths, g.module, K_PROJECTIONS, d) or heads)
+    return heads, kv
 
 
 def _first(params: dict[str, int], names: tuple[str, ...]) -> int:
