@@ -62,9 +62,8 @@ def loss_behind_graph_break(model: torch.nn.Module) -> None:
     unknown: GPT-2's ``GPT2LMHeadModel``) warns as its ``loss_function`` is looked up,
     once per process, and dynamo breaks the graph at that warning: compiled, the loss
     is a graph of its own, and the logits' gradient reaches the model's backward graph
-    as an input, in the layout the loss made it (measured on an H100, torch 2.11,
-    transformers 5.17: GPT-2 compiles to 2 graphs, BERT and RoBERTa to 1;
-    ``benchmarks/pad_mm_decisions.py``). Capture is told where (``note_graph_break``)."""
+    as an input, in the layout the loss made it (GPT-2 compiles to 2 graphs, BERT and
+    RoBERTa to 1: ``docs/benchmarks.md``). Capture is told where (``note_graph_break``)."""
     try:
         mapping = importlib.import_module("transformers.loss.loss_utils").LOSS_MAPPING
     except (ImportError, AttributeError):
@@ -134,8 +133,8 @@ def _noting_skips(test: Any) -> Any:
 
 def _no_packing(position_ids: torch.Tensor) -> None:
     """Not packed, as transformers finds on a GPU, where it reads that answer on the
-    host (``(...).all()``): an eager step waits there for the GPU (measured on an H100:
-    GPT-2 8x1024 72.3 ms a step with the check, 64.8 without, docs/benchmarks.md)."""
+    host (``(...).all()``): an eager step waits there for the GPU (GPT-2 at 8x1024 on an
+    H100 takes 72.3 ms a step with the check, 64.8 without: ``docs/step-model.md``)."""
     note_host_sync()
     return None
 
