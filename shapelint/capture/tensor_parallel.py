@@ -21,6 +21,7 @@ from typing import Sequence
 from shapelint.errors import ShapelintError
 from shapelint.hardware import ceil_div
 from shapelint.model.records import Gemm
+from shapelint.physics.attention import BATCHED_OPS
 from shapelint.physics.reshape import set_dim
 
 #: leaf names of column-parallel layers, by family: Llama/Mistral/Qwen/OPT/GPT-J/CLIP,
@@ -69,9 +70,6 @@ QKV_PROJECTIONS = ("query_key_value", "c_attn", "qkv_proj", "Wqkv", "qkv")
 HEAD_DIM_PARAMS = ("head_dim", "head_size")
 #: attributes of a mixture-of-experts module that give each expert's intermediate size
 EXPERT_PARAMS = ("intermediate_dim", "intermediate_size", "moe_intermediate_size", "ffn_dim")
-
-#: batched GEMMs of a hand-written attention (QKᵀ, PV and their gradients)
-_BATCHED = ("bmm", "baddbmm")
 
 #: (phase → the GEMM axis that carries out_features, the one that carries in_features)
 #: for a Linear (weight [out, in]): forward y = x Wᵀ (T x out, k = in), grad_input
@@ -154,7 +152,7 @@ def _projected(widths: dict[str, int | None], module: str, children: tuple[str, 
 def shard_one(g: Gemm, tp: int, in_attention: bool = False) -> Gemm:
     """``g`` on one of ``tp`` GPUs; ``in_attention``: ``g`` belongs to an attention
     module, whose batched GEMMs run per head."""
-    if g.role in ("attn_scores", "attn_values") or g.op.startswith("sdpa") or (in_attention and g.op in _BATCHED):
+    if g.role in ("attn_scores", "attn_values") or g.op.startswith("sdpa") or (in_attention and g.op in BATCHED_OPS):
         return replace(g, batch=ceil_div(g.batch, tp)) if g.batch >= tp else g
     expert = _expert_axis(g)
     if expert is not None:
