@@ -27,8 +27,11 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from step_gpu_models import SECTIONS  # noqa: E402
 
-from shapelint.load import compile_probe  # noqa: E402
-from shapelint.load import loaders as load  # noqa: E402
+from shapelint.load import (  # noqa: E402
+    compile_probe,  # noqa: E402
+    hf_config,
+    hf_target,
+)
 
 
 def default_out() -> Path:
@@ -38,9 +41,9 @@ def default_out() -> Path:
 def probe(section: str) -> dict:
     spec = SECTIONS[section]
     doc = {**spec["config"], "architectures": [spec["architecture"]]}
-    tf, config = load._hf_config(doc, section)
+    tf, config = hf_config.build_config(doc, section)
     start = time.perf_counter()
-    found = load.probe_hf_graph_breaks(tf, config, section, doc)
+    found = hf_target.probe_hf_graph_breaks(tf, config, section, doc)
     return {"probe": found.to_json() if found else None, "probe_s": round(time.perf_counter() - start, 1)}
 
 
@@ -49,8 +52,8 @@ def full_depth(section: str) -> dict:
     the probe builds and feeds its one- and two-layer instances."""
     spec = SECTIONS[section]
     doc = {**spec["config"], "architectures": [spec["architecture"]]}
-    tf, config = load._hf_config(doc, section)
-    model, inputs = load.probe_build(tf, config, section, doc)
+    tf, config = hf_config.build_config(doc, section)
+    model, inputs = hf_target.probe_build(tf, config, section, doc)
     counts, _ = compile_probe.count_step(model.to(torch.bfloat16).train(), inputs)
     return {"forward_graphs": counts.forward, "backward_graphs": counts.backward, "eager_ops": counts.eager}
 

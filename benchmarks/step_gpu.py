@@ -232,7 +232,7 @@ def build_model(torch, transformers, section: str, variant: str, device: str, is
             "causal": transformers.AutoModelForCausalLM}[spec["auto"]]
     torch.manual_seed(0)
     # SDPA where transformers has it for the class, else its eager attention (MPNet), as
-    # shapelint.load.loaders builds it
+    # shapelint.load.hf_model.hf_model builds it
     attn = "sdpa" if getattr(auto._model_mapping[type(config)], "_supports_sdpa", True) else "eager"
     try:
         with torch.device(device):

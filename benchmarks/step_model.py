@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from shapelint import hardware  # noqa: E402
 from shapelint.capture.precision import to_precision  # noqa: E402
 from shapelint.capture.run import capture  # noqa: E402
-from shapelint.load.loaders import load  # noqa: E402
+from shapelint.load.run import load  # noqa: E402
 from shapelint.model.records import Slice  # noqa: E402
 from shapelint.price.step import Step, side_ms, step_time  # noqa: E402
 

@@ -25,7 +25,7 @@ from shapelint.load.compile_probe import (
     layer_stacks,
     probe_hf,
 )
-from shapelint.load.loaders import load
+from shapelint.load.run import load
 from shapelint.model.records import GraphBreaks
 from shapelint.price.step import Step, between_graphs, step_time
 

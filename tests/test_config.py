@@ -20,7 +20,7 @@ from shapelint.app.config import (
     read_config,
 )
 from shapelint.errors import ShapelintError
-from shapelint.load import loaders as load
+from shapelint.load import documents as load
 from shapelint.model.records import Finding
 
 SL101_ONLY = ["--select", "SL101"]

@@ -13,7 +13,7 @@ from shapelint.app.cli import main
 from shapelint.capture.graph import graph_gemms, joint_graph
 from shapelint.capture.precision import to_precision
 from shapelint.capture.run import capture
-from shapelint.load.loaders import load
+from shapelint.load.run import load
 
 #: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
 pytestmark = pytest.mark.slow

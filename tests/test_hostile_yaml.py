@@ -14,7 +14,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from shapelint.errors import ShapelintError
-from shapelint.load.loaders import load_yaml
+from shapelint.load.yaml_target import load_yaml
 
 BUILD = """\
 import torch.nn as nn

@@ -12,7 +12,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 from shapelint.app.cli import main
-from shapelint.load.loaders import REAL_VECTOR_NUMEL, load
+from shapelint.load.fake import REAL_VECTOR_NUMEL
+from shapelint.load.run import load
 
 #: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
 pytestmark = pytest.mark.slow

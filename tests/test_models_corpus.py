@@ -20,7 +20,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from shapelint.app.cli import main
 from shapelint.capture.precision import to_precision
 from shapelint.capture.run import capture
-from shapelint.load.loaders import load, token_count
+from shapelint.load.hf_inputs import token_count
+from shapelint.load.run import load
 from shapelint.model.records import Gemm
 
 pytest.importorskip("transformers")

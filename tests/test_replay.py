@@ -14,10 +14,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from shapelint.capture import replay
 from shapelint.capture.precision import to_precision
+from shapelint.capture.replay.stats import STATS, Stats
 from shapelint.capture.run import Capture, Op, capture
-from shapelint.load.loaders import fake_construction
+from shapelint.load.fake import fake_construction
 
 #: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
 pytestmark = pytest.mark.slow
@@ -51,10 +51,10 @@ def _canonical(ops: list[Op]) -> list[Op]:
     return [dataclasses.replace(op, reads=number(op.reads), writes=number(op.writes)) for op in ops]
 
 
-def exact(build: Build, **kwargs: Any) -> replay.Stats:
+def exact(build: Build, **kwargs: Any) -> Stats:
     """Capture with and without replay, assert identical records, and return what replay did."""
     replayed, grads = _capture(build, True, **kwargs)
-    stats = dataclasses.replace(replay.STATS, declined=list(replay.STATS.declined))
+    stats = dataclasses.replace(STATS, declined=list(STATS.declined))
     full, full_grads = _capture(build, False, **kwargs)
     assert grads == full_grads
     assert len(replayed.gemms) == len(full.gemms) and len(replayed.ops) == len(full.ops)

@@ -18,7 +18,7 @@ from shapelint import hardware
 from shapelint.capture.precision import AUTOCAST_PRECISIONS, to_precision
 from shapelint.capture.run import Capture, capture
 from shapelint.capture.sdpa import compile_builds_mask
-from shapelint.load.loaders import load
+from shapelint.load.run import load
 from shapelint.model.records import Op, Slice
 from shapelint.physics.attention import AttentionCall, compiled_call, gpu_kernel, math_kernel
 from shapelint.pipeline.run import trace

@@ -34,7 +34,7 @@ from shapelint import hardware
 from shapelint.app.lint_plan import LintPlan, select_rules
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
-from shapelint.load.loaders import target_kind
+from shapelint.load.targets import target_kind
 from shapelint.load.usercode import LOCK
 from shapelint.model.records import Finding, Gemm
 from shapelint.pipeline import run as pipeline

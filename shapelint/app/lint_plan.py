@@ -76,7 +76,8 @@ def check_config_codes(cfg: Config, rules: Sequence[Rule]) -> None:
 
 def target_settings(path: Path) -> set[str]:
     """The settings a YAML target sets itself (they win over the configuration file)."""
-    from shapelint.load.loaders import YAML_SUFFIXES, read_yaml
+    from shapelint.load.documents import read_yaml
+    from shapelint.load.targets import YAML_SUFFIXES
 
     if path.suffix not in YAML_SUFFIXES or not path.is_file():
         return set()

@@ -8,23 +8,30 @@ hooks keep a module stack); each autograd node created in forward gets that owne
 under its sequence number, so a backward op is tied to its forward through
 ``torch._C._current_autograd_node()``. Forward ops that run while backward does
 (activation checkpointing) are ``recompute``. GEMM shapes come from
-``shapelint.physics.gemm_shapes`` only."""
+``shapelint.physics.gemm_shapes`` only.
+
+Replay (:mod:`shapelint.capture.replay`) copies records instead of tracing some layers;
+it works through the recorder's public methods only: positions in the record streams,
+the records between two positions, appending or inserting copies, reserving serial
+numbers, a tensor's serial number and lineage, and pausing the recording while it runs
+ops of its own."""
 
 from __future__ import annotations
 
 import contextlib
 import weakref
+from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Iterator
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from shapelint.capture.precision import dtype_name, operand_dtype
+from shapelint.capture.rows import ROOT_INFO, ModuleInfo, OpRow, Owner, Position, ShapeRow
 from shapelint.capture.sources import module_params, user_frame_source
-from shapelint.model.records import KernelClass, Source
+from shapelint.model.records import Source
 from shapelint.physics.gemm_shapes import (
     GEMM_OPS,
     GemmShape,
@@ -66,38 +73,18 @@ def _op_kind(func: Any) -> int:
     return _SOFTMAX_OP if name in _SOFTMAX else _OTHER
 
 
-@dataclass(frozen=True)
-class ModuleInfo:
-    path: str
-    type: str
-    params: tuple[tuple[str, int], ...]
-    defined_at: Source | None
+_Table = dict[int, weakref.ref[torch.Tensor]]
 
 
-@dataclass(frozen=True)
-class Owner:
-    module: ModuleInfo
-    source: Source | None
-    param_operand: bool
+def _mark(table: _Table, t: torch.Tensor) -> None:
+    table[id(t)] = weakref.ref(t)
 
 
-class OpRow(NamedTuple):
-    """One op as the recorder keeps it while the model runs (shapelint.capture.replay copies
-    and compares these); :class:`shapelint.model.records.Op` is built from it at the end."""
-
-    name: str
-    kclass: KernelClass
-    backward: bool
-    nbytes: int
-    reads: tuple[tuple[int, int], ...]
-    writes: tuple[tuple[int, int], ...]
-    #: how many GEMM records it stands for (a GEMM or attention marker)
-    gemms: int
-    owner: str
-    widest: int
-    strided: bool
-    numel: int
-    out_numel: int
+def _has(table: _Table, t: Any) -> bool:
+    if not isinstance(t, torch.Tensor):
+        return False
+    ref = table.get(id(t))
+    return ref is not None and ref() is t
 
 
 class Recorder:
@@ -106,58 +93,136 @@ class Recorder:
 
     def __init__(self, root: torch.nn.Module, precision: str, defined_at: dict[int, Source]):
         self.precision = precision
-        self.stack: list[ModuleInfo] = []
+        self._stack: list[ModuleInfo] = []
         # the forward code of leaf modules: a GEMM inside one is located at its call site
-        self.leaf_code: list[Any] = []
-        self.shapes: list[tuple[GemmShape, str, Owner | None, str, str]] = []
-        self.node_owner: dict[int, Owner] = {}
-        self.param_like: dict[int, weakref.ref[torch.Tensor]] = {}
-        self.softmaxed: dict[int, weakref.ref[torch.Tensor]] = {}
-        self.infos: dict[int, ModuleInfo] = {}
+        self._leaf_code: list[Any] = []
+        self._shapes: list[ShapeRow] = []
+        self._node_owner: dict[int, Owner] = {}
+        self._param_like: _Table = {}
+        self._softmaxed: _Table = {}
+        self._infos: dict[int, ModuleInfo] = {}
         self._kinds: dict[Any, int] = {}
-        # the op stream: (name, kernel class, backward, bytes, reads, writes, gemm count, owner,
-        # element bytes, strided)
-        self.ops: list[OpRow] = []
-        #: positions in ``ops`` where the host reads a value from the GPU (note_host_sync)
-        self.syncs: list[int] = []
-        #: positions in ``ops`` where dynamo would break the graph (note_graph_break)
-        self.breaks: list[int] = []
+        self._ops: list[OpRow] = []
+        # positions in the op stream where the host reads a value from the GPU (note_host_sync)
+        self._syncs: list[int] = []
+        # positions in the op stream where dynamo would break the graph (note_graph_break)
+        self._breaks: list[int] = []
         self._serials: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
         self._next_serial = 0
-        #: set while shapelint.capture.replay runs ops of its own (its marks, a replayed layer's outputs)
-        self.paused = False
+        # set while replay runs ops of its own (its marks, a replayed layer's outputs)
+        self._paused = False
         for path, mod in root.named_modules(remove_duplicate=True):
-            self.infos[id(mod)] = ModuleInfo(
+            self._infos[id(mod)] = ModuleInfo(
                 path or "<root>", type(mod).__name__, module_params(mod), defined_at.get(id(mod))
             )
+        self._by_path = {info.path: info for info in self._infos.values()}
         for p in root.parameters():
-            self._mark(self.param_like, p)
+            _mark(self._param_like, p)
+
+    # -- what the recording holds ---------------------------------------------
+    @property
+    def shapes(self) -> Sequence[ShapeRow]:
+        """Every GEMM record, in execution order."""
+        return self._shapes
+
+    @property
+    def ops(self) -> Sequence[OpRow]:
+        """Every kernel-launching op, GEMMs and attention as markers, in execution order."""
+        return self._ops
+
+    @property
+    def syncs(self) -> tuple[int, ...]:
+        """Positions in :attr:`ops` where the host reads a value from the GPU."""
+        return tuple(self._syncs)
+
+    @property
+    def breaks(self) -> tuple[int, ...]:
+        """Positions in :attr:`ops` where torch.compile's dynamo would break the graph."""
+        return tuple(self._breaks)
+
+    def module_info(self, path: str) -> ModuleInfo | None:
+        """The module at ``path`` (``<root>`` for the model itself), if the model has one."""
+        return self._by_path.get(path)
+
+    # -- the record streams, for replay ---------------------------------------
+    def position(self) -> Position:
+        return Position(len(self._shapes), len(self._ops), self._next_serial)
+
+    def shapes_between(self, start: Position, end: Position) -> list[ShapeRow]:
+        return self._shapes[start.shapes:end.shapes]
+
+    def ops_between(self, start: Position, end: Position) -> list[OpRow]:
+        return self._ops[start.ops:end.ops]
+
+    def append(self, shapes: Iterable[ShapeRow], ops: Iterable[OpRow]) -> None:
+        """Records made elsewhere (a copy of a layer's), added at the end."""
+        self._shapes.extend(shapes)
+        self._ops.extend(ops)
+
+    def insert(self, copies: Sequence[tuple[Position, list[ShapeRow], list[OpRow]]]) -> None:
+        """Records put at earlier positions (``copies`` in the order of their positions);
+        the host-sync and graph-break positions move by the ops inserted before them."""
+        shapes: list[ShapeRow] = []
+        ops: list[OpRow] = []
+        si = oi = 0
+        for at, new_shapes, new_ops in copies:
+            shapes += self._shapes[si:at.shapes]
+            ops += self._ops[oi:at.ops]
+            si, oi = at.shapes, at.ops
+            shapes += new_shapes
+            ops += new_ops
+        self._shapes[:] = shapes + self._shapes[si:]
+        self._ops[:] = ops + self._ops[oi:]
+        for positions in (self._syncs, self._breaks):
+            positions[:] = [p + sum(len(new) for at, _, new in copies if at.ops <= p) for p in positions]
+
+    def reserve_serials(self, count: int) -> int:
+        """Take ``count`` serial numbers for tensors a copy of records stands for;
+        the number before the first of them."""
+        base = self._next_serial
+        self._next_serial += count
+        return base
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Ops run in the ``with`` body are not recorded (replay's own)."""
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
 
     # -- module stack -------------------------------------------------------
     def push(self, module: torch.nn.Module, *_: Any) -> None:
-        info = self.infos.get(id(module))
+        info = self._infos.get(id(module))
         if info is None:
             info = ModuleInfo(type(module).__name__, type(module).__name__, module_params(module), None)
-        self.stack.append(info)
+        self._stack.append(info)
         leaf = next(iter(module.children()), None) is None
-        self.leaf_code.append(getattr(type(module).forward, "__code__", None) if leaf else None)
+        self._leaf_code.append(getattr(type(module).forward, "__code__", None) if leaf else None)
 
     def pop(self, *_: Any) -> None:
-        if self.stack:
-            self.stack.pop()
-            self.leaf_code.pop()
+        if self._stack:
+            self._stack.pop()
+            self._leaf_code.pop()
 
     # -- tensor lineage -----------------------------------------------------
-    @staticmethod
-    def _mark(table: dict[int, weakref.ref[torch.Tensor]], t: torch.Tensor) -> None:
-        table[id(t)] = weakref.ref(t)
+    def is_param_like(self, t: Any) -> bool:
+        """Whether ``t`` is a parameter or a view of one."""
+        return _has(self._param_like, t)
 
-    @staticmethod
-    def _has(table: dict[int, weakref.ref[torch.Tensor]], t: Any) -> bool:
-        if not isinstance(t, torch.Tensor):
-            return False
-        ref = table.get(id(t))
-        return ref is not None and ref() is t
+    def is_softmaxed(self, t: Any) -> bool:
+        """Whether ``t`` is a softmax's output, through views, casts and dropout."""
+        return _has(self._softmaxed, t)
+
+    def adopt(self, t: torch.Tensor, serial: int, *, softmaxed: bool, param_like: bool) -> None:
+        """``t`` stands for a tensor the recording knows (replay's marks, a replayed
+        layer's outputs): its serial number and lineage."""
+        self._serials[id(t)] = (weakref.ref(t), serial)
+        if softmaxed:
+            _mark(self._softmaxed, t)
+        if param_like:
+            _mark(self._param_like, t)
 
     def _propagate(self, kind: int, args: tuple[Any, ...], out: Any) -> None:
         """Parameters stay parameters through views; softmax outputs stay softmax
@@ -169,26 +234,27 @@ class Recorder:
         tensors = [o for o in outs if isinstance(o, torch.Tensor)]
         if kind == _SOFTMAX_OP:
             for o in tensors:
-                self._mark(self.softmaxed, o)
+                _mark(self._softmaxed, o)
             return
-        if kind == _VIEW and self._has(self.param_like, args[0]):
+        if kind == _VIEW and self.is_param_like(args[0]):
             for o in tensors:
-                self._mark(self.param_like, o)
-        if self._has(self.softmaxed, args[0]):
+                _mark(self._param_like, o)
+        if self.is_softmaxed(args[0]):
             # dropout returns (output, mask): only the output is the probabilities
             for o in tensors[:1] if kind == _DROPOUT_OP else tensors:
-                self._mark(self.softmaxed, o)
+                _mark(self._softmaxed, o)
 
-    def _serial(self, t: torch.Tensor, base: torch.Tensor | None = None) -> int:
-        """A tensor's serial number: a view or in-place result shares its base's."""
+    def serial(self, t: torch.Tensor, base: torch.Tensor | None = None) -> int:
+        """A tensor's serial number, given one if it has none: a view or in-place
+        result shares its ``base``'s."""
         entry = self._serials.get(id(t))
         if entry is not None and entry[0]() is t:
             return entry[1]
-        number = self._serial(base) if base is not None else self._new_serial()
+        number = self.serial(base) if base is not None else self._new_serial()
         self._serials[id(t)] = (weakref.ref(t), number)
         return number
 
-    def _known_serial(self, t: torch.Tensor) -> int | None:
+    def known_serial(self, t: torch.Tensor) -> int | None:
         """The tensor's serial number if it has one (without giving it one)."""
         entry = self._serials.get(id(t))
         return entry[1] if entry is not None and entry[0]() is t else None
@@ -197,36 +263,39 @@ class Recorder:
         self._next_serial += 1
         return self._next_serial
 
+    # -- the op stream --------------------------------------------------------
     def _stream(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, gemms: int) -> None:
         """Add one op to the op stream (a GEMM or attention op as a marker of ``gemms`` records)."""
-        if gemms:
-            kclass: Any = "attention" if name.startswith("fused_attention") else "gemm"
-        else:
-            kclass = kernel_class(name)
+        kclass = _stream_class(name, gemms)
         ins = tensors_of(args) + tensors_of(kwargs.values())
         outs = tensors_of(out if isinstance(out, (tuple, list)) else (out,))
         if kclass is None:  # a view: its outputs are its input's data
-            if ins:
-                for o in outs:
-                    self._serial(o, ins[0])
+            for o in outs if ins else ():
+                self.serial(o, ins[0])
             return
-        in_place = name.endswith("_") or "out" in kwargs
-        writes = tuple((self._serial(o, ins[0] if in_place and ins else None), _stored_bytes(o)) for o in outs)
+        nbytes, reads, writes = self._traffic(name, kclass, "out" in kwargs, ins, outs)
+        widest, strided = _layout(kclass, ins + outs)
+        backward = not self._stack and torch._C._current_autograd_node() is not None
+        owner = self._stack[-1].path if self._stack else ""
+        numel, out_numel = _iteration(kclass, ins, outs)
+        self._ops.append(OpRow(name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided, numel,
+                               out_numel))
+
+    def _traffic(self, name: str, kclass: str, out_arg: bool, ins: list[torch.Tensor], outs: list[torch.Tensor]
+                 ) -> tuple[int, tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+        """(bytes the kernel moves, (serial, bytes) read, (serial, bytes) written): an
+        in-place op writes its first input's tensor; a fill reads nothing."""
+        in_place = name.endswith("_") or out_arg
+        writes = tuple((self.serial(o, ins[0] if in_place and ins else None), _stored_bytes(o)) for o in outs)
         read = read_bytes(name, [(_stored_bytes(t), t.numel(), t.element_size()) for t in ins],
                           sum(b for _, b in writes))
-        reads = tuple((self._serial(t), b) for t, b in zip(ins, read))
+        reads = tuple((self.serial(t), b) for t, b in zip(ins, read))
         nbytes = (0 if kclass == "fill" else sum(b for _, b in reads)) + sum(b for _, b in writes)
-        widest = max((t.element_size() for t in ins + outs if t.is_floating_point()), default=2)
-        strided = kclass in ("copy", "pointwise") and any(not t.is_contiguous() for t in ins + outs if t.dim() > 1)
-        backward = not self.stack and torch._C._current_autograd_node() is not None
-        owner = self.stack[-1].path if self.stack else ""
-        numel, out_numel = _iteration(kclass, ins, outs)
-        self.ops.append(OpRow(name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided, numel,
-                              out_numel))
+        return nbytes, reads, writes
 
     # -- every op ----------------------------------------------------------
     def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        if self.paused:
+        if self._paused:
             return
         kind = self._kinds.get(func)
         if kind is None:
@@ -238,40 +307,76 @@ class Recorder:
             node = torch._C._current_autograd_node()
             # the autograd node of this op (if it made one) took the last sequence number
             seq = torch._C._autograd._get_sequence_nr() - 1
-            before = len(self.shapes)
-            self._record(name, args, kwargs, out, node, seq, node is None or bool(self.stack))
-            self._stream(name, args, kwargs, out, len(self.shapes) - before)
+            before = len(self._shapes)
+            self._record(name, args, kwargs, out, node, seq)
+            self._stream(name, args, kwargs, out, len(self._shapes) - before)
         else:
             self._propagate(kind, args, out)
             self._stream(name, args, kwargs, out, 0)
 
-    def _record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
-                node: Any, seq: int, in_forward: bool) -> None:
+    def note_host_sync(self) -> None:
+        if not self._paused:
+            self._syncs.append(len(self._ops))
+
+    def note_graph_break(self) -> None:
+        if not self._paused:
+            self._breaks.append(len(self._ops))
+
+    # -- GEMM records ---------------------------------------------------------
+    def _record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, node: Any, seq: int) -> None:
         shapes = extract(name, args, kwargs, out)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         dtype = dtype_name(operand_dtype(name, tensors), self.precision)
-        param_operand = any(self._has(self.param_like, a) for a in tensors)
-        if in_forward:
-            owner_module = self.stack[-1] if self.stack else ModuleInfo("<root>", "", (), None)
-            skip = self.leaf_code[-1] if self.leaf_code else None
-            # where user code ran it; for containers like nn.Sequential, where it was built
-            owner = Owner(owner_module, user_frame_source(skip) or owner_module.defined_at, param_operand)
-            if any(t.requires_grad for t in tensors):
-                self.node_owner[seq] = owner
-            phase = "forward" if node is None else "recompute"
-            softmax_in = self.softmaxed and any(self._has(self.softmaxed, a) for a in tensors)
-            for s in shapes:
-                self.shapes.append((s, phase, owner, "after_softmax" if softmax_in else s.role, dtype))
-            return
-        owner_or_none = self.node_owner.get(node._sequence_nr())
+        param_operand = any(self.is_param_like(a) for a in tensors)
+        if node is None or self._stack:
+            self._record_forward(shapes, tensors, dtype, param_operand, node, seq)
+        else:
+            self._record_backward(shapes, dtype, param_operand, node)
+
+    def _record_forward(self, shapes: list[GemmShape], tensors: list[torch.Tensor], dtype: str,
+                        param_operand: bool, node: Any, seq: int) -> None:
+        """A forward GEMM (``recompute`` where backward runs it again), owned by the
+        innermost module running; its autograd node remembers the owner for backward."""
+        owner_module = self._stack[-1] if self._stack else ROOT_INFO
+        skip = self._leaf_code[-1] if self._leaf_code else None
+        # where user code ran it; for containers like nn.Sequential, where it was built
+        owner = Owner(owner_module, user_frame_source(skip) or owner_module.defined_at, param_operand)
+        if any(t.requires_grad for t in tensors):
+            self._node_owner[seq] = owner
+        phase = "forward" if node is None else "recompute"
+        softmax_in = self._softmaxed and any(self.is_softmaxed(a) for a in tensors)
         for s in shapes:
-            if s.part in ("grad_input", "grad_weight"):
-                phase = s.part
-            elif param_operand or owner_or_none is None or not owner_or_none.param_operand:
-                phase = "grad_input"
-            else:
-                phase = "grad_weight"
-            self.shapes.append((s, phase, owner_or_none, s.role, dtype))
+            self._shapes.append(ShapeRow(s, phase, owner, "after_softmax" if softmax_in else s.role, dtype))
+
+    def _record_backward(self, shapes: list[GemmShape], dtype: str, param_operand: bool, node: Any) -> None:
+        """A backward GEMM, owned by its forward's owner; a weight gradient where the
+        forward read a parameter and this GEMM does not."""
+        owner = self._node_owner.get(node._sequence_nr())
+        for s in shapes:
+            self._shapes.append(ShapeRow(s, _grad_phase(s, param_operand, owner), owner, s.role, dtype))
+
+
+def _grad_phase(s: GemmShape, param_operand: bool, owner: Owner | None) -> str:
+    if s.part in ("grad_input", "grad_weight"):
+        return s.part
+    if param_operand or owner is None or not owner.param_operand:
+        return "grad_input"
+    return "grad_weight"
+
+
+def _stream_class(name: str, gemms: int) -> Any:
+    """The op's kernel class in the op stream (None for an op that launches none)."""
+    if gemms:
+        return "attention" if name.startswith("fused_attention") else "gemm"
+    return kernel_class(name)
+
+
+def _layout(kclass: str, tensors: list[torch.Tensor]) -> tuple[int, bool]:
+    """(the widest floating element size, whether a copy or pointwise op reads or
+    writes a non-contiguous tensor)."""
+    widest = max((t.element_size() for t in tensors if t.is_floating_point()), default=2)
+    strided = kclass in ("copy", "pointwise") and any(not t.is_contiguous() for t in tensors if t.dim() > 1)
+    return widest, strided
 
 
 def tensors_of(values: Any) -> list[torch.Tensor]:
@@ -342,8 +447,8 @@ def note_host_sync() -> None:
     fake tensors the code cannot, so the loader tells capture where it would): the
     host waits for every kernel issued before (``shapelint.price.step.serialised_ms``)."""
     rec = _recorder.get()
-    if rec is not None and not rec.paused:
-        rec.syncs.append(len(rec.ops))
+    if rec is not None:
+        rec.note_host_sync()
 
 
 def note_graph_break() -> None:
@@ -351,8 +456,8 @@ def note_graph_break() -> None:
     loader knows where; the tracer does not run dynamo): a tensor made before it reaches
     the next graph as an input, in the layout it was made in."""
     rec = _recorder.get()
-    if rec is not None and not rec.paused:
-        rec.breaks.append(len(rec.ops))
+    if rec is not None:
+        rec.note_graph_break()
 
 
 @contextlib.contextmanager

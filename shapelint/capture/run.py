@@ -6,14 +6,17 @@ precision (:mod:`.precision`); repeated layers are traced once and copied
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
 
-from shapelint.capture import replay as _replay
 from shapelint.capture.precision import autocast_context
-from shapelint.capture.recorder import ModuleInfo, Recorder, module_hooks, recording
+from shapelint.capture.recorder import Recorder, module_hooks, recording
+from shapelint.capture.replay.replayer import Replayer
+from shapelint.capture.replay.stats import STATS
+from shapelint.capture.rows import ModuleInfo, OpRow, ShapeRow
 from shapelint.capture.sdpa import fused_attention
 from shapelint.capture.sources import boundary
 from shapelint.capture.traceable import every_layer_runs
@@ -101,7 +104,7 @@ def capture(
     the records a full trace gives, the model is traced again in full."""
     if not (training and replay):
         if replay:
-            _replay.STATS.reset()
+            STATS.reset()
         return _capture(model, inputs, precision, training, defined_at, replay=False)
     grads = _grads(model, inputs)
     try:
@@ -111,8 +114,8 @@ def capture(
     for t, g in grads:  # as they were: a second backward would accumulate into them
         t.grad = g
     cap = _capture(model, inputs, precision, training, defined_at, replay=False)
-    _replay.STATS.replayed = 0
-    _replay.STATS.fell_back = why
+    STATS.replayed = 0
+    STATS.fell_back = why
     return cap
 
 
@@ -132,21 +135,9 @@ def _capture(model: torch.nn.Module, inputs: Any, precision: str, training: bool
              defined_at: dict[int, Source] | None, replay: bool) -> Capture:
     rec = Recorder(model, precision, defined_at or {})
     model.train(training)
-    replayer = _replay.Replayer(rec, model) if replay else None
-    grad_ctx = contextlib.nullcontext() if training else torch.no_grad()
+    replayer = Replayer(rec, model) if replay else None
     try:
-        with (module_hooks(rec), fused_attention(), every_layer_runs(), recording(rec, model), grad_ctx,
-              replayer.installed() if replayer else contextlib.nullcontext()):
-            with autocast_context(precision):
-                out = call_model(model, inputs)
-            if training:
-                outs = [t for t in loss_or_outputs(out) if t.requires_grad and t.is_floating_point()]
-                if not outs:
-                    raise ShapelintError(
-                        "the model's output does not require grad, so there is no backward pass "
-                        "to lint; freeze nothing or pass --inference"
-                    )
-                torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+        _run_step(rec, model, inputs, precision, training, replayer)
     except ShapelintError:
         if replayer is not None and replayer.used:
             raise _ReplayFailed("the traced model failed") from None
@@ -159,10 +150,38 @@ def _capture(model: torch.nn.Module, inputs: Any, precision: str, training: bool
         why = replayer.finish()
         if why:
             raise _ReplayFailed(why)
+    params = tuple((p.numel(), p.element_size()) for p in model.parameters() if p.requires_grad)
+    return Capture(_gemms(rec.shapes), training, precision, ops=_ops(rec.ops), params=params, syncs=rec.syncs,
+                   breaks=rec.breaks)
 
+
+def _run_step(rec: Recorder, model: torch.nn.Module, inputs: Any, precision: str, training: bool,
+              replayer: Replayer | None) -> None:
+    """The step, recorded: forward in the step's precision and, when ``training``,
+    backward from a dense gradient on every floating output that requires grad."""
+    grad_ctx = contextlib.nullcontext() if training else torch.no_grad()
+    with (module_hooks(rec), fused_attention(), every_layer_runs(), recording(rec, model), grad_ctx,
+          replayer.installed() if replayer else contextlib.nullcontext()):
+        with autocast_context(precision):
+            out = call_model(model, inputs)
+        if training:
+            outs = [t for t in loss_or_outputs(out) if t.requires_grad and t.is_floating_point()]
+            if not outs:
+                raise ShapelintError(
+                    "the model's output does not require grad, so there is no backward pass "
+                    "to lint; freeze nothing or pass --inference"
+                )
+            torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+
+
+#: the owner of a GEMM record no module claims
+_UNKNOWN = ModuleInfo("<unknown>", "", (), None)
+
+
+def _gemms(rows: Sequence[ShapeRow]) -> list[Gemm]:
     gemms = []
-    for i, (s, phase, owner, role, dtype) in enumerate(rec.shapes):
-        module = owner.module if owner else ModuleInfo("<unknown>", "", (), None)
+    for i, (s, phase, owner, role, dtype) in enumerate(rows):
+        module = owner.module if owner else _UNKNOWN
         gemms.append(
             Gemm(
                 index=i,
@@ -185,15 +204,18 @@ def _capture(model: torch.nn.Module, inputs: Any, precision: str, training: bool
                 extra=s.extra,
             )
         )
+    return gemms
+
+
+def _ops(rows: Sequence[OpRow]) -> list[Op]:
+    """The op stream, each GEMM or attention marker with the indices of its GEMM records."""
     ops, first = [], 0
-    for i, row in enumerate(rec.ops):
+    for i, row in enumerate(rows):
         indices = tuple(range(first, first + row.gemms)) if row.kclass in ("gemm", "attention") else ()
         first += len(indices)
         ops.append(Op(i, row.name, row.kclass, row.backward, row.nbytes, row.reads, row.writes, indices, row.owner,
                       row.widest, row.strided, row.numel, row.out_numel))
-    params = tuple((p.numel(), p.element_size()) for p in model.parameters() if p.requires_grad)
-    return Capture(gemms, training, precision, ops=ops, params=params, syncs=tuple(rec.syncs),
-                   breaks=tuple(rec.breaks))
+    return ops
 
 
 def _one_line(exc: BaseException) -> str:

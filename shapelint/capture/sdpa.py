@@ -76,7 +76,7 @@ def _autocast_dtype(device: str) -> torch.dtype | None:
 _HALF = (torch.float16, torch.bfloat16)
 
 #: set while transformers' mask code has skipped the mask of the model running
-#: (``shapelint.load.loaders`` sets it): its SDPA calls without a mask get one under
+#: (``shapelint.load.hf_model`` sets it): its SDPA calls without a mask get one under
 #: torch.compile (``shapelint.physics.attention.compiled_call``)
 compile_builds_mask: ContextVar[bool] = ContextVar("compile_builds_mask", default=False)
 

@@ -14,12 +14,14 @@ which need not divide, is rounded up (Megatron pads it the same way).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Sequence
 
 from shapelint.errors import ShapelintError
 from shapelint.hardware import ceil_div
 from shapelint.model.records import Gemm
+from shapelint.physics.attention import BATCHED_OPS
 from shapelint.physics.reshape import set_dim
 
 #: leaf names of column-parallel layers, by family: Llama/Mistral/Qwen/OPT/GPT-J/CLIP,
@@ -69,9 +71,6 @@ HEAD_DIM_PARAMS = ("head_dim", "head_size")
 #: attributes of a mixture-of-experts module that give each expert's intermediate size
 EXPERT_PARAMS = ("intermediate_dim", "intermediate_size", "moe_intermediate_size", "ffn_dim")
 
-#: batched GEMMs of a hand-written attention (QKᵀ, PV and their gradients)
-_BATCHED = ("bmm", "baddbmm")
-
 #: (phase → the GEMM axis that carries out_features, the one that carries in_features)
 #: for a Linear (weight [out, in]): forward y = x Wᵀ (T x out, k = in), grad_input
 #: dx = dy W (T x in, k = out), grad_weight dW = dyᵀ x (out x in, k = T)
@@ -107,14 +106,8 @@ def shard(gemms: Sequence[Gemm], tp: int) -> list[Gemm]:
         if h % tp or kv % tp:
             raise ShapelintError(
                 f"--tp {tp}: {module} has {h} attention heads and {kv} key/value heads; the tensor-parallel "
-                f"degree must divide both (Megatron-LM refuses it); try a divisor of {_gcd(h, kv)}")
+                f"degree must divide both (Megatron-LM refuses it); try a divisor of {math.gcd(h, kv)}")
     return [shard_one(g, tp, g.module in heads) for g in gemms]
-
-
-def _gcd(a: int, b: int) -> int:
-    while b:
-        a, b = b, a % b
-    return a
 
 
 def attention_heads(gemms: Sequence[Gemm]) -> dict[str, tuple[int, int]]:
@@ -125,17 +118,24 @@ def attention_heads(gemms: Sequence[Gemm]) -> dict[str, tuple[int, int]]:
     for g in gemms:
         if g.module in out or g.phase != "forward" or g.role not in ("attn_scores", "after_softmax"):
             continue
-        params = dict(g.module_params)
-        d = _first(params, HEAD_DIM_PARAMS) or (g.k if g.role == "attn_scores" else 0)
-        heads = (_first(params, HEADS_PARAMS) or _projected(widths, g.module, Q_PROJECTIONS, d)
-                 or _projected(widths, g.module, QKV_PROJECTIONS, 3 * d))
-        if not heads:
-            continue
-        groups = params.get("num_key_value_groups")
-        kv = (_first(params, KV_HEADS_PARAMS) or (heads // groups if groups else 0)
-              or _projected(widths, g.module, K_PROJECTIONS, d) or heads)
-        out[g.module] = (heads, kv)
+        heads = _heads(g, widths)
+        if heads is not None:
+            out[g.module] = heads
     return out
+
+
+def _heads(g: Gemm, widths: dict[str, int | None]) -> tuple[int, int] | None:
+    """(heads, key/value heads) of the attention that ran ``g``, None where nothing says."""
+    params = dict(g.module_params)
+    d = _first(params, HEAD_DIM_PARAMS) or (g.k if g.role == "attn_scores" else 0)
+    heads = (_first(params, HEADS_PARAMS) or _projected(widths, g.module, Q_PROJECTIONS, d)
+             or _projected(widths, g.module, QKV_PROJECTIONS, 3 * d))
+    if not heads:
+        return None
+    groups = params.get("num_key_value_groups")
+    kv = (_first(params, KV_HEADS_PARAMS) or (heads // groups if groups else 0)
+          or _projected(widths, g.module, K_PROJECTIONS, d) or heads)
+    return heads, kv
 
 
 def _first(params: dict[str, int], names: tuple[str, ...]) -> int:
@@ -152,7 +152,7 @@ def _projected(widths: dict[str, int | None], module: str, children: tuple[str, 
 def shard_one(g: Gemm, tp: int, in_attention: bool = False) -> Gemm:
     """``g`` on one of ``tp`` GPUs; ``in_attention``: ``g`` belongs to an attention
     module, whose batched GEMMs run per head."""
-    if g.role in ("attn_scores", "attn_values") or g.op.startswith("sdpa") or (in_attention and g.op in _BATCHED):
+    if g.role in ("attn_scores", "attn_values") or g.op.startswith("sdpa") or (in_attention and g.op in BATCHED_OPS):
         return replace(g, batch=ceil_div(g.batch, tp)) if g.batch >= tp else g
     expert = _expert_axis(g)
     if expert is not None:

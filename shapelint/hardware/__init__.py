@@ -1,8 +1,11 @@
 """GPU profiles: every hardware number, read from one YAML file per GPU, and their checks.
 
 ``Hardware`` and ``StepProfile`` (:mod:`.profile`) are what the stages price on; the
-profiles are found, read and checked by :mod:`.registry` and :mod:`.check`. The public
-names are re-exported here: ``from shapelint.hardware import Hardware, resolve``.
+profiles are found, read and checked by :mod:`.registry` (the entry:
+:func:`~shapelint.hardware.registry.resolve` a GPU by name,
+:func:`~shapelint.hardware.registry.load_profile_file` a profile file) and
+:mod:`.check`. The public names are re-exported here:
+``from shapelint.hardware import Hardware, resolve``.
 """
 
 from shapelint.hardware.profile import STEP_KEYS, Hardware, StepProfile, ceil_div

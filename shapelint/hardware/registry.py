@@ -52,46 +52,54 @@ def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware
         raise ShapelintError(f"{where}: GPU profile lacks {', '.join(missing)}")
     check_profile(doc, where)
     arch = _arch_table().get(str(doc["arch"]), _arch_table()["default"])
-
-    def table(key: str) -> dict[int, dict[int, float]]:
-        # a calibrated profile carries its own measured penalties
-        rows = doc.get(key) or arch[key]
-        return {int(b): {int(a): float(e) for a, e in row.items()} for b, row in rows.items()}
-
     try:
-        return Hardware(
-            key=key,
-            name=str(doc["name"]),
-            aliases=tuple(str(a).lower() for a in doc["aliases"]),
-            arch=str(doc["arch"]),
-            sms=int(doc["sms"]),
-            l2_bytes=int(doc["l2_bytes"]),
-            memory_bandwidth_gbps=float(doc["memory_bandwidth_gbps"]),
-            tensor_tflops={str(k): float(v) for k, v in (doc["tensor_tflops"] or {}).items()},
-            fp32_tflops=float(doc["fp32_tflops"]),
-            alignment_bytes=int(doc["alignment_bytes"]),
-            tiles=tuple((int(a), int(b)) for a, b in doc["tiles"]),
-            wave_weight=float(doc["wave_weight"]),
-            achievable=float(doc["achievable"]),
-            sources=tuple(str(s) for s in doc["sources"]),
-            measured=dict(doc.get("measured") or {}),
-            misaligned_efficiency=table("misaligned_efficiency"),
-            misaligned_output_efficiency=table("misaligned_output_efficiency"),
-            conv_misaligned_efficiency={int(b): float(e) for b, e in
-                                        (doc.get("conv_misaligned_efficiency") or arch["conv_misaligned_efficiency"]).items()},
-            attention_misaligned_efficiency=float(doc.get("attention_misaligned_efficiency",
-                                                          arch["attention_misaligned_efficiency"])),
-            conv_transpose_efficiency=float(doc.get("conv_transpose_efficiency", arch["conv_transpose_efficiency"])),
-            memory_efficiency=float(doc.get("memory_efficiency", arch["memory_efficiency"])),
-            min_gemm_us=float(doc.get("min_gemm_us", arch["min_gemm_us"])),
-            attention_efficiency=float(doc.get("attention_efficiency", arch["attention_efficiency"])),
-            gemm_efficiency=float(doc.get("gemm_efficiency", arch["gemm_efficiency"])),
-            misaligned_memory_efficiency=table("misaligned_memory_efficiency"),
-            step=StepProfile(**{k: float(v) for k, v in {**arch.get("step", {}), **(doc.get("step") or {})}.items()}),
-            file=file,
-        )
+        return _hardware(doc, arch, key, file)
     except (TypeError, ValueError, AttributeError) as exc:
         raise ShapelintError(f"{where}: malformed GPU profile: {one_line(exc)}") from exc
+
+
+def _hardware(doc: dict[str, Any], arch: dict[str, Any], key: str, file: str) -> Hardware:
+    """The checked profile ``doc`` as :class:`Hardware`; what it leaves out comes from its
+    architecture's calibrated values (``arch``)."""
+
+    def table(name: str) -> dict[int, dict[int, float]]:
+        # a calibrated profile carries its own measured penalties
+        rows = doc.get(name) or arch[name]
+        return {int(b): {int(a): float(e) for a, e in row.items()} for b, row in rows.items()}
+
+    def inherited(name: str) -> float:
+        return float(doc.get(name, arch[name]))
+
+    return Hardware(
+        key=key,
+        name=str(doc["name"]),
+        aliases=tuple(str(a).lower() for a in doc["aliases"]),
+        arch=str(doc["arch"]),
+        sms=int(doc["sms"]),
+        l2_bytes=int(doc["l2_bytes"]),
+        memory_bandwidth_gbps=float(doc["memory_bandwidth_gbps"]),
+        tensor_tflops={str(k): float(v) for k, v in (doc["tensor_tflops"] or {}).items()},
+        fp32_tflops=float(doc["fp32_tflops"]),
+        alignment_bytes=int(doc["alignment_bytes"]),
+        tiles=tuple((int(a), int(b)) for a, b in doc["tiles"]),
+        wave_weight=float(doc["wave_weight"]),
+        achievable=float(doc["achievable"]),
+        sources=tuple(str(s) for s in doc["sources"]),
+        measured=dict(doc.get("measured") or {}),
+        misaligned_efficiency=table("misaligned_efficiency"),
+        misaligned_output_efficiency=table("misaligned_output_efficiency"),
+        conv_misaligned_efficiency={int(b): float(e) for b, e in
+                                    (doc.get("conv_misaligned_efficiency") or arch["conv_misaligned_efficiency"]).items()},
+        attention_misaligned_efficiency=inherited("attention_misaligned_efficiency"),
+        conv_transpose_efficiency=inherited("conv_transpose_efficiency"),
+        memory_efficiency=inherited("memory_efficiency"),
+        min_gemm_us=inherited("min_gemm_us"),
+        attention_efficiency=inherited("attention_efficiency"),
+        gemm_efficiency=inherited("gemm_efficiency"),
+        misaligned_memory_efficiency=table("misaligned_memory_efficiency"),
+        step=StepProfile(**{k: float(v) for k, v in {**arch.get("step", {}), **(doc.get("step") or {})}.items()}),
+        file=file,
+    )
 
 
 @functools.cache

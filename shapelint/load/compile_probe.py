@@ -16,10 +16,10 @@ stack's second layer adds is taken as what each further layer adds (stacks of
 different depths are grown one at a time), which gives the counts at the config's
 depth; it assumes the layers of a stack alike (a ``layer_types`` pattern is cut to the
 probe's depth, and constant weights route every token alike through a mixture of
-experts). Measured on an H100 (torch 2.11, transformers 5.17; ``docs/benchmarks.md``,
-"Tenth run"): OPT-125m calls 15 + 14 graphs a step and opus-mt-en-de 18 + 13, where
-with transformers 5.24 each calls 1 + 1 (its mask code no longer branches on values):
-what this finds follows the installed transformers, as the user's step does.
+experts). What this finds follows the installed transformers, as the user's step
+does: compiled, OPT-125m calls 15 + 14 graphs a step and opus-mt-en-de 18 + 13 with
+transformers 5.17, each 1 + 1 with 5.24, whose mask code no longer branches on values
+(``docs/benchmarks.md``).
 
 The probe is skipped (``None``) for a model whose two-layer instance has more than
 :data:`MAX_PROBE_PARAMS` parameters (70B-class widths), that has no layer count, or

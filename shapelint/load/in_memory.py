@@ -19,7 +19,7 @@ from torch.utils._pytree import tree_map
 
 from shapelint.capture.recorder import RecordingFakeMode
 from shapelint.errors import ShapelintError
-from shapelint.load.loaders import Loaded
+from shapelint.load.loaded import Loaded
 
 
 def loaded_from_module(model: torch.nn.Module, example_inputs: Any) -> Loaded:

@@ -65,6 +65,22 @@ def why_not_target(path: Path) -> str | None:
     return None if _YAML_TARGET.search(text) else "a YAML file without a top-level model: or hf_config: key"
 
 
+def target_kind(path: Path) -> str:
+    """Which loader reads ``path``: ``python``, ``hf-config`` (a config.json, or a
+    directory holding one) or ``yaml``, by its name alone."""
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return "hf-config"
+        raise ShapelintError(f"{path}: a directory without config.json (lint a directory of configs with its files)")
+    if path.suffix == PY_SUFFIX:
+        return "python"
+    if path.suffix == JSON_SUFFIX:
+        return "hf-config"
+    if path.suffix in YAML_SUFFIXES:
+        return "yaml"
+    raise ShapelintError(f"{path}: not a Python file, a config.json, a shapelint YAML or a directory")
+
+
 def looks_like_target(path: Path) -> bool:
     """For ``--skip-other-files``: could this file be a shapelint target?"""
     return why_not_target(path) is None

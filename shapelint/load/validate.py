@@ -87,13 +87,7 @@ def input_spec(spec: Any, where: str, dtypes: Collection[str]) -> None:
     unknown = [k for k in spec if k not in INPUT_KEYS]
     if unknown:
         raise ShapelintError(f"{where}: unknown key {show(unknown[0])} (known: {', '.join(INPUT_KEYS)})")
-    shape = spec["shape"]
-    if not isinstance(shape, list) or not all(is_int(d) for d in shape):
-        raise ShapelintError(f"{where}: shape must be a list of integers, got {show(shape)}")
-    if any(d <= 0 for d in shape):
-        raise ShapelintError(f"{where}: shape {show(shape)} has a zero or negative dimension")
-    if math.prod(shape) > INT64_MAX:
-        raise ShapelintError(f"{where}: shape {show(shape)} has more elements than a tensor can (2**63 - 1)")
+    _shape(spec["shape"], where)
     dtype = spec.get("dtype", "float")
     if not (isinstance(dtype, str) and dtype in dtypes):
         raise ShapelintError(f"{where}: unknown input dtype {show(dtype)} (one of {', '.join(dtypes)})")
@@ -101,6 +95,16 @@ def input_spec(spec: Any, where: str, dtypes: Collection[str]) -> None:
         positive_int(spec["high"], f"{where}: high")
     if "requires_grad" in spec and not isinstance(spec["requires_grad"], bool):
         raise ShapelintError(f"{where}: requires_grad must be true or false, got {show(spec['requires_grad'])}")
+
+
+def _shape(shape: Any, where: str) -> None:
+    """An input's shape: a list of positive integers whose product a tensor can hold."""
+    if not isinstance(shape, list) or not all(is_int(d) for d in shape):
+        raise ShapelintError(f"{where}: shape must be a list of integers, got {show(shape)}")
+    if any(d <= 0 for d in shape):
+        raise ShapelintError(f"{where}: shape {show(shape)} has a zero or negative dimension")
+    if math.prod(shape) > INT64_MAX:
+        raise ShapelintError(f"{where}: shape {show(shape)} has more elements than a tensor can (2**63 - 1)")
 
 
 def built(model: Any, inputs: Any, where: str) -> None:
@@ -183,16 +187,16 @@ def hf_heads_reason(config_class: Any, doc: Mapping[str, Any]) -> str | None:
     names = {attr: next((k for k in (attr, amap.get(attr)) if k and k in doc), None)
              for attr in ("hidden_size", "num_attention_heads", "head_dim", *KV_HEAD_KEYS)}
     heads_key, hidden_key = names["num_attention_heads"], names["hidden_size"]
-    heads = _count(doc[heads_key] if heads_key else None)
+    heads = _count_at(doc, heads_key)
     if heads is None:
         return None
     for attr in KV_HEAD_KEYS:
         kv_key = names[attr]
-        kv = _count(doc[kv_key] if kv_key else None)
+        kv = _count_at(doc, kv_key)
         if kv is not None and heads % kv:
             return (f"{heads_key} = {heads} is not a multiple of {kv_key} = {kv}: grouped-query attention gives "
                     "every key/value head the same number of query heads")
-    hidden = _count(doc[hidden_key] if hidden_key else None)
+    hidden = _count_at(doc, hidden_key)
     if hidden is not None and hidden % heads and names["head_dim"] is None:
         return (f"{hidden_key} = {hidden} is not a multiple of the number of attention heads "
                 f"({heads_key} = {heads})")
@@ -202,6 +206,11 @@ def hf_heads_reason(config_class: Any, doc: Mapping[str, Any]) -> str | None:
 def _count(value: Any) -> int | None:
     """A positive integer count, else None (lists of per-stage heads, unset values)."""
     return value if is_int(value) and value > 0 else None
+
+
+def _count_at(doc: Mapping[str, Any], key: str | None) -> int | None:
+    """The positive integer count the file gives under ``key`` (None: no key, or no count)."""
+    return _count(doc[key] if key else None)
 
 
 def _configs(config: Any, doc: Mapping[str, Any], prefix: str = "") -> list[tuple[Any, Mapping[str, Any], str]]:

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from shapelint.errors import ShapelintError, one_line
-from shapelint.load.loaders import Built
+from shapelint.load.real import Built
 from shapelint.measure.step_blocks import Schedule, alternate
 from shapelint.measure.step_report import Measurements, Timed, step_verification
 from shapelint.measure.step_train import Trainer, dynamo_limits, make_trainer, release, warm

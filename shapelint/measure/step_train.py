@@ -25,7 +25,7 @@ from shapelint.capture.precision import AUTOCAST_PRECISIONS, PRECISIONS
 from shapelint.capture.run import loss_or_outputs, output_tensors, split_inputs
 from shapelint.errors import ShapelintError
 from shapelint.load.compile_probe import forget_warnings_once
-from shapelint.load.loaders import Built
+from shapelint.load.real import Built
 from shapelint.measure.timer import COMPILE_EXTRA_WARMUP, first_call_s, warm_up
 from shapelint.model.step_verification import VariantRun
 

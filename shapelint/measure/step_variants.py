@@ -1,5 +1,5 @@
 """The variants ``--verify --step`` trains: *before*, the target built for real
-(``shapelint.load.loaders.build``: the class, inputs and labels the lint traced; random
+(``shapelint.load.real.build``: the class, inputs and labels the lint traced; random
 weights), and *after*, every suggestion applied as ``--fix --unsafe-fixes`` would edit it
 (``shapelint.fix.run.plan``), built from a copy in a temporary folder outside the
 target's folder: the edited config.json or YAML, or the edited model.py (with the
@@ -26,7 +26,7 @@ import torch
 
 from shapelint.capture.run import output_tensors
 from shapelint.errors import ShapelintError
-from shapelint.load.loaders import Built, build
+from shapelint.load.real import Built, build
 from shapelint.model.records import Finding
 from shapelint.model.step_verification import FindingRef, UnappliedFinding
 from shapelint.pipeline.result import Result
@@ -115,7 +115,7 @@ def _has_builder(r: Result) -> bool:
     """A YAML target naming a builder (a file or module beside it, copied with it)."""
     if r.kind != "yaml" or not r.config_file:
         return False
-    from shapelint.load.loaders import read_yaml
+    from shapelint.load.documents import read_yaml
 
     return "model" in read_yaml(Path(r.config_file))
 

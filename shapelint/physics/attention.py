@@ -290,26 +290,40 @@ def find_hand_written(gemms: Sequence[Gemm]) -> dict[str, list[HandWritten]]:
     out: dict[str, list[HandWritten]] = {}
     for module, gs in by_module.items():
         used: set[int] = set()
-        found: list[HandWritten] = []
-        for pv in gs:
-            if pv.role != "after_softmax" or pv.op not in BATCHED_OPS or pv.phase not in ("forward", "recompute"):
-                continue
-            partners = [g for g in gs if g.index < pv.index and g.index not in used and g.op in BATCHED_OPS
-                        and g.phase == pv.phase and g.batch == pv.batch and (g.m, g.n) == (pv.m, pv.k)]
-            if not partners:
-                continue
-            att = HandWritten(partners[-1], pv)
-            used.update((att.qk.index, pv.index))
-            found.append(att)
+        found = _forward_pairs(gs, used)
         for att in found:
-            shapes = att._dims()
-            for g in gs:
-                if len(att.backward) == 4:
-                    break
-                if (g.phase == "grad_input" and g.op in BATCHED_OPS and g.index not in used
-                        and g.batch == att.pv.batch and sorted((g.m, g.n, g.k)) in shapes):
-                    att.backward.append(g)
-                    used.add(g.index)
+            _take_backward(att, gs, used)
         if found:
             out[module] = found
     return out
+
+
+def _forward_pairs(gs: Sequence[Gemm], used: set[int]) -> list[HandWritten]:
+    """One module's hand-written attentions, forward: each PV batched matmul that reads
+    a softmax's output with the latest earlier batched matmul whose output is its
+    [Tq, Tk] operand (both are then ``used``)."""
+    found: list[HandWritten] = []
+    for pv in gs:
+        if pv.role != "after_softmax" or pv.op not in BATCHED_OPS or pv.phase not in ("forward", "recompute"):
+            continue
+        partners = [g for g in gs if g.index < pv.index and g.index not in used and g.op in BATCHED_OPS
+                    and g.phase == pv.phase and g.batch == pv.batch and (g.m, g.n) == (pv.m, pv.k)]
+        if not partners:
+            continue
+        att = HandWritten(partners[-1], pv)
+        used.update((att.qk.index, pv.index))
+        found.append(att)
+    return found
+
+
+def _take_backward(att: HandWritten, gs: Sequence[Gemm], used: set[int]) -> None:
+    """The (up to four) backward batched matmuls of ``att``: unused ones of its batch
+    whose dimensions are those of QKᵀ or PV."""
+    shapes = att._dims()
+    for g in gs:
+        if len(att.backward) == 4:
+            break
+        if (g.phase == "grad_input" and g.op in BATCHED_OPS and g.index not in used
+                and g.batch == att.pv.batch and sorted((g.m, g.n, g.k)) in shapes):
+            att.backward.append(g)
+            used.add(g.index)

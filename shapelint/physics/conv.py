@@ -14,7 +14,7 @@ from math import prod
 from typing import cast
 
 from shapelint.model.records import Gemm
-from shapelint.physics.gemm_shapes import GemmShape, _dgrad_gemm, _fwd_gemm, _wgrad_gemm
+from shapelint.physics.gemm_shapes import GemmShape, conv_dgrad_gemm, conv_forward_gemm, conv_wgrad_gemm
 
 #: a stem's input channels (RGB images...) up to this many are left alone: cuDNN has
 #: kernels for 3- and 4-channel inputs, and padding the image buys little
@@ -153,10 +153,10 @@ def rebuild(g: Gemm, c: ConvCall, c_in: int, c_out: int) -> Gemm:
     w = _Weight(c.kernel_shape)
     shape: GemmShape
     if kind == "fwd":
-        shape = _fwd_gemm(g.op, p_act, q_act, w, c.groups)
+        shape = conv_forward_gemm(g.op, p_act, q_act, w, c.groups)
     elif kind == "dgrad":
-        shape = _dgrad_gemm(g.op, q_act, p_act, w, c.groups)
+        shape = conv_dgrad_gemm(g.op, q_act, p_act, w, c.groups)
     else:
-        shape = _wgrad_gemm(g.op, q_act, p_act, w, c.groups)
+        shape = conv_wgrad_gemm(g.op, q_act, p_act, w, c.groups)
     return replace(g, m=shape.m, n=shape.n, k=shape.k, batch=shape.batch, a=shape.a, b=shape.b, out=shape.out,
                    extra=c.with_channels(c_in, c_out))

@@ -176,7 +176,7 @@ def _footprint(t: Any, groups: int = 1) -> Operand:
 # with groups (the GEMM's batch) each group's C/g channels of them, ld C.
 
 
-def _fwd_gemm(op: str, p_act: Any, q_act: Any, w: Any, groups: int) -> GemmShape:
+def conv_forward_gemm(op: str, p_act: Any, q_act: Any, w: Any, groups: int) -> GemmShape:
     """out (Q side) = im2col(P side) @ Wᵀ: m = N·H·W of the Q side, n = Q/g, k = P/g·R·S."""
     q_fp = _footprint(q_act, groups)
     kernel = math.prod(int(s) for s in w.shape[2:])
@@ -186,7 +186,7 @@ def _fwd_gemm(op: str, p_act: Any, q_act: Any, w: Any, groups: int) -> GemmShape
     return GemmShape(op, q_fp.rows, q_fp.cols, k, groups, _footprint(p_act, groups), b, q_fp, role="conv")
 
 
-def _dgrad_gemm(op: str, q_act: Any, p_act: Any, w: Any, groups: int) -> GemmShape:
+def conv_dgrad_gemm(op: str, q_act: Any, p_act: Any, w: Any, groups: int) -> GemmShape:
     """P-side columns = Q side @ W [Q/g, P/g·R·S], folded (col2im) into the P-side tensor."""
     q_fp = _footprint(q_act, groups)
     kernel = math.prod(int(s) for s in w.shape[2:])
@@ -195,7 +195,7 @@ def _dgrad_gemm(op: str, q_act: Any, p_act: Any, w: Any, groups: int) -> GemmSha
     return GemmShape(op, q_fp.rows, n, q_fp.cols, groups, q_fp, b, _footprint(p_act, groups), role="conv")
 
 
-def _wgrad_gemm(op: str, q_act: Any, p_act: Any, w: Any, groups: int) -> GemmShape:
+def conv_wgrad_gemm(op: str, q_act: Any, p_act: Any, w: Any, groups: int) -> GemmShape:
     """W [Q/g, P/g·R·S] = Q sideᵀ [Q/g, rows] @ columns [rows, P/g·R·S], the columns read from the P side."""
     q_fp = _footprint(q_act, groups)
     kernel = math.prod(int(s) for s in w.shape[2:])
@@ -210,8 +210,8 @@ def _conv(x: Any, w: Any, out: Any, transposed: bool, groups: int) -> list[GemmS
     transposed convolution runs the input-gradient GEMM of the convolution it inverts."""
     y = _first(out)
     if transposed:
-        return [_dgrad_gemm("convolution", x, y, w, groups)]
-    return [_fwd_gemm("convolution", x, y, w, groups)]
+        return [conv_dgrad_gemm("convolution", x, y, w, groups)]
+    return [conv_forward_gemm("convolution", x, y, w, groups)]
 
 
 def _conv_backward(grad: Any, x: Any, w: Any, transposed: bool, groups: int, mask: Sequence[bool]) -> list[GemmShape]:
@@ -225,12 +225,12 @@ def _conv_backward(grad: Any, x: Any, w: Any, transposed: bool, groups: int, mas
     shapes = []
     if mask[0]:
         if transposed:
-            g = _fwd_gemm("convolution_backward", grad, x, w, groups)
+            g = conv_forward_gemm("convolution_backward", grad, x, w, groups)
         else:
-            g = _dgrad_gemm("convolution_backward", grad, x, w, groups)
+            g = conv_dgrad_gemm("convolution_backward", grad, x, w, groups)
         shapes.append(replace(g, part="grad_input"))
     if mask[1]:
-        shapes.append(replace(_wgrad_gemm("convolution_backward", q_side, p_side, w, groups), part="grad_weight"))
+        shapes.append(replace(conv_wgrad_gemm("convolution_backward", q_side, p_side, w, groups), part="grad_weight"))
     return shapes
 
 

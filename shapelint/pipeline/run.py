@@ -25,7 +25,9 @@ from shapelint.check.run import run_rules
 from shapelint.errors import ShapelintError
 from shapelint.files import write_file
 from shapelint.hardware import Hardware
-from shapelint.load.loaders import Loaded, load, token_count
+from shapelint.load.hf_inputs import token_count
+from shapelint.load.loaded import Loaded
+from shapelint.load.run import load
 from shapelint.load.usercode import user_code
 from shapelint.locate.config_keys import locate_all
 from shapelint.model.records import Finding
@@ -149,7 +151,7 @@ def trace(build: Callable[[], tuple[torch.nn.Module, Any]], *, precision: str = 
           training: bool = True) -> tuple[Capture, torch.nn.Module]:
     """Load + capture for an in-memory builder (tests, rule examples, the Python API):
     ``build`` runs on fake tensors and returns ``(model, example_inputs)``."""
-    from shapelint.load.loaders import fake_construction
+    from shapelint.load.fake import fake_construction
 
     defined: dict[Any, Any] = {}
     with fake_construction(defined) as mode:
