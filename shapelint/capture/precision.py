@@ -44,18 +44,20 @@ def to_precision(model: torch.nn.Module, inputs: Any, precision: str) -> Any:
         for name, b in list(mod._buffers.items()):
             if b is not None and b.is_floating_point() and b.dtype != dtype:
                 mod._buffers[name] = b.to(dtype)
-    return _cast_tree(inputs, dtype)
+    return cast_tree(inputs, dtype)
 
 
-def _cast_tree(x: Any, dtype: torch.dtype) -> Any:
+def cast_tree(x: Any, dtype: torch.dtype) -> Any:
+    """Every floating tensor in ``x`` (tensors, dicts, tuples, lists) in ``dtype``,
+    keeping whether it requires grad."""
     if isinstance(x, torch.Tensor):
         if x.is_floating_point() and x.dtype != dtype:
             return x.detach().to(dtype).requires_grad_(x.requires_grad)
         return x
     if isinstance(x, dict):
-        return {k: _cast_tree(v, dtype) for k, v in x.items()}
+        return {k: cast_tree(v, dtype) for k, v in x.items()}
     if isinstance(x, (tuple, list)):
-        return type(x)(_cast_tree(v, dtype) for v in x)
+        return type(x)(cast_tree(v, dtype) for v in x)
     return x
 
 

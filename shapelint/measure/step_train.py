@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from shapelint.capture.precision import AUTOCAST_PRECISIONS, PRECISIONS
+from shapelint.capture.precision import AUTOCAST_PRECISIONS, PRECISIONS, cast_tree
 from shapelint.capture.run import loss_or_outputs, output_tensors, split_inputs
 from shapelint.errors import ShapelintError
 from shapelint.load.compile_probe import forget_warnings_once
@@ -83,7 +83,7 @@ def make_trainer(label: str, built: Built, inputs: Any, *, device: str, precisio
                  optimizer: str, compile: bool, backend: str = "inductor") -> Trainer:
     """The default training step of ``built`` (see the module docstring)."""
     model = built.model.float().train(training)
-    args, kwargs = split_inputs(_float32(inputs))
+    args, kwargs = split_inputs(cast_tree(inputs, torch.float32))
     params = [p for p in model.parameters() if p.requires_grad] if training else []
     opt, fused = _optimizer(params, optimizer) if training else (None, None)
     grads_in = [t for t in output_tensors((args, kwargs)) if t.requires_grad]
@@ -115,19 +115,6 @@ def make_trainer(label: str, built: Built, inputs: Any, *, device: str, precisio
         return outs
 
     return Trainer(label, built, inputs, step, optimizer, fused)
-
-
-def _float32(x: Any) -> Any:
-    """Floating inputs in fp32, as the step keeps them (``capture.to_precision``)."""
-    if isinstance(x, torch.Tensor):
-        if x.is_floating_point() and x.dtype != torch.float32:
-            return x.detach().float().requires_grad_(x.requires_grad)
-        return x
-    if isinstance(x, dict):
-        return {k: _float32(v) for k, v in x.items()}
-    if isinstance(x, (tuple, list)):
-        return type(x)(_float32(v) for v in x)
-    return x
 
 
 def _dynamo_graphs() -> int:
