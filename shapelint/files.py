@@ -6,6 +6,7 @@ the file and, where the parser knows it, the line. A write is whole or nothing
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -245,6 +246,9 @@ def refuse_special(path: Path, flag: str, shown: str | None = None) -> None:
 
 
 def _replace_atomically(path: Path, text: str) -> None:
+    """``text`` into a temporary file beside ``path``, renamed over it. A file that
+    cannot be renamed over (a bind mount: a container's ``-v $PWD/r.sarif:/w/r.sarif``)
+    is written in place instead, once the whole text is known to fit on the disk."""
     folder = path.resolve().parent
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
@@ -252,7 +256,14 @@ def _replace_atomically(path: Path, text: str) -> None:
             f.write(text)
         with contextlib.suppress(OSError):
             os.chmod(tmp, _mode_for(path))
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            if exc.errno not in (errno.EBUSY, errno.EXDEV):
+                raise
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.unlink(tmp)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

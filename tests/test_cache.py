@@ -68,8 +68,11 @@ def test_rerun_is_served_from_the_cache_in_every_format(project: Path, capsys: p
     assert (project / cache.DIR_NAME / ".gitignore").read_text().splitlines()[-1] == "*"
     (entry,) = entries(project)  # one entry serves every format
     deps = body(entry)["deps"]
-    assert sorted(Path(d).relative_to(project).as_posix() for d in deps if Path(d).is_relative_to(project)) == \
-        ["model.py", "pkg/__init__.py", "pkg/layers.py"]
+    assert sorted(Path(d).relative_to(project).as_posix() for d, sha in deps.items()
+                  if sha is not None and Path(d).is_relative_to(project)) == ["model.py", "pkg/__init__.py", "pkg/layers.py"]
+    # files that must stay absent: what the imports looked for first in the project (torch, pkg...)
+    absent = {Path(d).relative_to(project).as_posix() for d, sha in deps.items() if sha is None}
+    assert {"torch.py", "torch/__init__.py"} <= absent and "pkg/__init__.py" not in absent
     no_lint(monkeypatch)
     for fmt in ("json", "text", "sarif", "github"):  # replayed, or rendered from the cached result
         rc, out, _ = run(["--format", fmt], capsys)

@@ -139,7 +139,7 @@ def test_a_signed_but_inconsistent_run_is_not_replayed(here: Path, capsys: pytes
     for record in records(here, "runs"):
         doc = json.loads(record.read_bytes().partition(b"\n")[2])
         doc["run"]["rc"] = 0
-        record.write_bytes(seal.seal(key, doc))
+        record.write_bytes(seal.seal(key, f"runs/{record.stem}", doc))
     assert lint_json(capsys) == first
 
 
@@ -336,3 +336,223 @@ def test_a_closed_pipe_keeps_the_exit_code(here: Path, fmt: str, isolate: str) -
     err = proc.stderr.read().decode()
     assert proc.wait() == 1, err
     assert err == ""
+
+
+# -- the red team's second pass (issue 24) -------------------------------------------------
+
+
+def test_a_signed_record_copied_to_another_name_is_a_miss(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run record of a passing run, copied over the record of a failing one: its seal
+    covers its place in the cache, so it does not verify there."""
+    rc, _, _ = run(["model.py", "--no-config", "--ignore", "SL101"], capsys)
+    assert rc == 0
+    passing = {p.name: p.read_bytes() for p in records(here, "runs")}
+    rc, _, _ = run(["model.py", "--no-config"], capsys)
+    assert rc == 1
+    (new,) = [p for p in records(here, "runs") if p.name not in passing]
+    for entry in records(here):  # and the per-target records swapped the same way
+        entry.write_bytes(next(iter(passing.values())))
+    new.write_bytes(next(iter(passing.values())))
+    rc, out, _ = run(["model.py", "--no-config"], capsys)
+    assert rc == 1 and FINDING in out
+
+
+@pytest.mark.parametrize("where", ["relative", "inside"])
+def test_a_key_the_work_tree_could_supply_signs_nothing(here: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """``XDG_CACHE_HOME=.cache`` with a key committed in the repository signed records
+    with a key the pull request knew."""
+    (here / ".cache" / "shapelint").mkdir(parents=True)
+    planted = here / ".cache" / "shapelint" / "cache-key"
+    planted.write_text("ab" * 32)
+    planted.chmod(0o600)
+    monkeypatch.setenv("XDG_CACHE_HOME", ".cache" if where == "relative" else str(here / ".cache"))
+    monkeypatch.setenv("HOME", str(here.parent / "home"))  # the key ~/.cache would get: the test's own
+    seal.key.cache_clear()
+    assert run(["model.py", "--no-config"], capsys)[0] == 1
+    if where == "inside":  # the cache is off: nothing signed with the planted key
+        assert records(here) == [] and records(here, "runs") == []
+    else:  # a relative XDG_CACHE_HOME is ignored (the XDG rule): the key is ~/.cache's
+        assert seal.key_file() == here.parent / "home" / ".cache" / "shapelint" / "cache-key"
+        assert planted.read_text() == "ab" * 32 and records(here)
+
+
+def test_a_key_others_can_read_signs_nothing(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lint_json(capsys)
+    seal.key_file().chmod(0o644)
+    seal.key.cache_clear()
+    for record in records(here) + records(here, "runs"):
+        record.unlink()
+    assert lint_json(capsys)[0] == 1 and records(here) == []
+
+
+def test_a_planted_cache_with_linked_record_folders_is_refused(here: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A committed ``.shapelint_cache`` with shapelint's own tag and ``runs``/``results``
+    linked elsewhere made the cache write its records there."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    folder = here / cache.DIR_NAME
+    folder.mkdir()
+    (folder / "CACHEDIR.TAG").write_text(cache.CACHEDIR_TAG)
+    for sub in ("runs", "results"):
+        os.symlink(victim, folder / sub)
+    rc, _, err = run(["model.py", "--no-config"], capsys)
+    assert rc == 2 and "exists and is not a shapelint cache" in err
+    assert list(victim.iterdir()) == []
+    rc, _, err = run(["clean"], capsys)
+    assert rc == 2 and list(victim.iterdir()) == [] and (folder / "runs").is_symlink()
+
+
+def test_a_huge_tag_is_not_read_whole(here: Path) -> None:
+    folder = here / cache.DIR_NAME
+    folder.mkdir()
+    with open(folder / "CACHEDIR.TAG", "wb") as f:
+        f.write(cache.CACHEDIR_TAG.encode())
+        f.truncate(2**31)  # sparse: 2 GiB
+    import time
+
+    start = time.monotonic()
+    assert not cache.is_cache(folder)
+    assert time.monotonic() - start < 1.0
+
+
+@pytest.mark.parametrize("kind", ["fifo target", "device link target", "fifo profile"])
+def test_what_cannot_be_read_is_one_line_not_a_hang(here: Path, capsys: pytest.CaptureFixture[str], kind: str) -> None:
+    """A FIFO or ``/dev/zero`` behind a target's or profile's name hung the cache's digest."""
+    import signal
+
+    def hung(*_: object) -> None:
+        raise AssertionError(f"{kind}: still running after 20 s")
+
+    if kind == "fifo target":
+        os.mkfifo(here / "f.py")
+        argv = ["f.py"]
+    elif kind == "device link target":
+        os.symlink("/dev/zero", here / "c.json")
+        argv = ["c.json"]
+    else:
+        os.mkfifo(here / "prof.yaml")
+        argv = ["model.py", "--gpu-profile", "prof.yaml", "--no-cache"]
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        rc, _, err = run([*argv, "--no-config"], capsys)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "not a regular file" in err, err
+
+
+def test_a_new_module_that_an_import_now_finds_is_a_miss(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``override.py`` added beside a model whose import of it failed: the cached result
+    replayed the old width, and ``--hook override.py`` let the commit through."""
+    (here / "model.py").write_text(
+        "import torch\nfrom torch import nn\ntry:\n    from override import W\nexcept ImportError:\n    W = 1024\n\n\n"
+        "def shapelint_model():\n    return nn.Sequential(nn.Linear(W, 1024)), torch.randn(4096, W)\n")
+    (here / "pyproject.toml").write_text('[tool.shapelint]\ntargets = ["model.py"]\n')
+    assert run(["model.py"], capsys)[0] == 0
+    (here / "override.py").write_text("W = 1023\n")
+    assert run(["model.py"], capsys)[0] == 1
+    (here / "override.py").unlink()
+    assert run(["model.py"], capsys)[0] == 0
+    (here / "override.py").write_text("W = 1023\n")
+    rc, out, _ = run(["--hook", "override.py"], capsys)
+    assert rc == 1 and FINDING in out
+
+
+def test_a_project_inside_the_python_prefix_is_the_users() -> None:
+    """A virtual environment at the project root, or Debian's /usr prefix with a project
+    under /usr/src: the whole prefix counted as Python's own, so no dependency was kept."""
+    from shapelint.app import deps
+
+    system = deps._system_dirs()
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        assert os.path.normpath(prefix) + os.sep not in system
+    assert not deps._is_system(os.path.join(sys.prefix, "src", "app", "model.py"), system)
+    assert deps._is_system(os.path.join(sysconfig_path("purelib"), "torch", "nn", "linear.py"), system)
+
+
+def sysconfig_path(name: str) -> str:
+    import sysconfig
+
+    return sysconfig.get_paths()[name]
+
+
+def test_the_hook_sees_a_dependency_imported_through_a_linked_folder(here: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    (here / "shared").mkdir()
+    (here / "shared" / "__init__.py").write_text("")
+    (here / "shared" / "layers.py").write_text("W = 1024\n")
+    os.symlink("shared", here / "lib")
+    (here / "model.py").write_text("import torch\nfrom torch import nn\nfrom lib.layers import W\n\n\n"
+                                   "def shapelint_model():\n    return nn.Sequential(nn.Linear(W, 1024)), "
+                                   "torch.randn(4096, W)\n")
+    (here / "pyproject.toml").write_text('[tool.shapelint]\ntargets = ["model.py"]\n')
+    assert run(["--hook", "model.py"], capsys)[0] == 0
+    (here / "shared" / "layers.py").write_text("W = 1023\n")
+    rc, out, _ = run(["--hook", "shared/layers.py"], capsys)
+    assert rc == 1 and FINDING in out
+
+
+def test_the_gpu_profile_is_never_an_output(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from shapelint.hardware import PROFILE_DIR
+
+    (here / "p.yaml").write_bytes((PROFILE_DIR / "h100-sxm.yaml").read_bytes())
+    before = full_snapshot(here)
+    rc, _, err = run(["model.py", "--no-config", "--gpu-profile", "p.yaml", "-o", "p.yaml"], capsys)
+    assert rc == 2 and "--output p.yaml: is p.yaml, which shapelint reads" in err
+    assert full_snapshot(here) == before
+
+
+def test_a_link_out_of_the_project_is_no_output(here: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``-o report.txt`` with ``report.txt`` a committed link to a file outside the
+    repository overwrote that file."""
+    outside = tmp_path / "bashrc"
+    outside.write_text("mine\n")
+    os.symlink(outside, here / "report.txt")
+    rc, _, err = run(["model.py", "--no-config", "-o", "report.txt"], capsys)
+    assert rc == 2 and "a symbolic link leads it to" in err and "outside the project" in err
+    assert outside.read_text() == "mine\n"
+
+
+def test_diff_goes_to_the_output_file(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (here / "r.txt").write_text("old\n")
+    rc, out, _ = run(["model.py", "--no-config", "--diff", "-o", "r.txt"], capsys)
+    assert rc == 1 and out == ""
+    assert "-    model = nn.Sequential(nn.Linear(1023, 1024)" in (here / "r.txt").read_text()
+
+
+def test_a_report_that_cannot_be_renamed_over_is_written_in_place(here: Path, capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bind-mounted ``-o`` file (a container's ``-v $PWD/r.json:/w/r.json``) cannot be
+    renamed over: ``Device or resource busy``."""
+    import errno
+
+    (here / "r.json").write_text("old")
+
+    def busy(src: object, dst: object) -> None:
+        raise OSError(errno.EBUSY, "Device or resource busy")
+
+    monkeypatch.setattr("shapelint.files.os.replace", busy)
+    rc, _, err = run(["model.py", "--no-config", "--no-cache", "--format", "json", "-o", "r.json"], capsys)
+    assert rc == 1, err
+    assert findings(json.loads((here / "r.json").read_text())) == [FINDING]
+    assert sorted(p.name for p in here.iterdir() if p.name.startswith(".r.json")) == []
+
+
+@pytest.mark.slow
+def test_a_closed_stderr_keeps_the_report_and_the_exit_code(here: Path) -> None:
+    """A model that prints to stderr, with stderr a closed pipe: the run exited 2 with no
+    report. The report still goes to stdout and the exit code is the lint's."""
+    (here / "m.py").write_text("import sys, torch\nfrom torch import nn\n\n\ndef shapelint_model():\n"
+                               "    for i in range(20000):\n        print(i, file=sys.stderr)\n"
+                               "    return nn.Sequential(nn.Linear(1024, 1024)), torch.randn(4096, 1024)\n")
+    for extra in ([], ["--no-isolate"]):
+        proc = subprocess.Popen([sys.executable, "-m", "shapelint", "m.py", "--no-config", "--no-cache", "--format",
+                                 "json", *extra], cwd=here, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
+        proc.stderr.close()
+        out, _ = proc.communicate()
+        assert proc.returncode == 0, extra
+        assert json.loads(out)["findings"] == []

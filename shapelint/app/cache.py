@@ -99,13 +99,20 @@ def default_dir(project_root: Path) -> Path:
 
 
 def is_cache(folder: Path) -> bool:
-    """``folder`` is a shapelint cache: a real folder holding shapelint's own tag."""
+    """``folder`` is a shapelint cache: a real folder holding shapelint's own tag, whose
+    record folders (where they exist) are real folders too, not links out of it."""
     try:
         if folder.is_symlink() or not folder.is_dir():
             return False
+        if any((folder / sub).is_symlink() or (folder / sub).exists() and not (folder / sub).is_dir()
+               for sub in ("results", "runs")):
+            return False
         tag = folder / "CACHEDIR.TAG"
-        return _is_file(tag) and tag.read_text(encoding="utf-8") == CACHEDIR_TAG
-    except (OSError, UnicodeDecodeError):
+        if not _is_file(tag):
+            return False
+        with open(tag, "rb") as f:  # the tag's size, no more: a planted huge file is not read whole
+            return f.read(len(CACHEDIR_TAG) + 1) == CACHEDIR_TAG.encode()
+    except OSError:
         return False
 
 
@@ -139,6 +146,8 @@ class Store:
         """The store in ``folder``, after :meth:`check`; None when no key can be had."""
         store = cls(folder)
         store.check(project_root, flag)
+        if _inside(seal.key_file(), (project_root, Path.cwd(), folder)):
+            return None  # a key the work tree (a pull request) could supply signs nothing
         key = seal.key()
         return None if key is None else cls(folder, key)
 
@@ -178,7 +187,7 @@ class Store:
             self._prepare()
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
-                f.write(seal.seal(self.key, doc))
+                f.write(seal.seal(self.key, _address(path), doc))
             os.replace(tmp, path)
         except OSError:
             if tmp is not None:
@@ -197,7 +206,7 @@ class Store:
                 data = f.read(_MAX_RECORD + 1)
         except OSError:
             return None
-        return None if len(data) > _MAX_RECORD else seal.unseal(self.key, data)
+        return None if len(data) > _MAX_RECORD else seal.unseal(self.key, _address(path), data)
 
     # -- per-target results
     def _header(self, path: Path) -> dict[str, Any] | None:
@@ -208,7 +217,9 @@ class Store:
         deps = doc.get("deps")
         if not isinstance(deps, dict) or "result" not in doc:
             return None
-        if any(not isinstance(sha, str) or file_digest(file) != sha for file, sha in deps.items()):
+        # a digest per file read; None for a file that must still not exist (one an import
+        # looked for and did not find, which would now shadow what it found instead)
+        if any(not (sha is None or isinstance(sha, str)) or file_digest(file) != sha for file, sha in deps.items()):
             return None
         return doc
 
@@ -229,7 +240,7 @@ class Store:
         except serial.DecodeError:
             return None
 
-    def save(self, target: Path, options: str, result: Result, deps: dict[str, str]) -> None:
+    def save(self, target: Path, options: str, result: Result, deps: dict[str, str | None]) -> None:
         """Store ``result`` with its dependencies' digests (taken before the lint read them)."""
         from shapelint.pipeline.result import result_to_data
 
@@ -326,6 +337,21 @@ def _write_new(path: Path, data: bytes) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+
+
+def _address(path: Path) -> str:
+    """A record's place in the cache (``results/<id>-<options>``, ``runs/<key>``), which
+    its seal covers: a record copied to another's name does not verify."""
+    return f"{path.parent.name}/{path.stem}"
+
+
+def _inside(path: Path, folders: Iterable[Path]) -> bool:
+    """``path`` (resolved) lies in one of ``folders``."""
+    try:
+        where = path.resolve()
+        return any(where.is_relative_to(folder.resolve()) for folder in folders)
+    except (OSError, RuntimeError):
+        return True
 
 
 def _target_id(target: Path) -> str:

@@ -138,18 +138,20 @@ class Session:
         target_file = str((path / "config.json") if path.is_dir() else path)
         known = {target_file, *(self.store.dependencies(path) or ()), *deps.project_modules(Path(self.parts["root"]))}
         before = {os.path.abspath(f): file_digest(f) for f in known}
-        with deps.recording() as opened:
+        with deps.recording() as reads:
             result = lint_target(path, opts, hw, rules)
-        files = set(opened) | {target_file}
+        files = set(reads.opened) | {target_file}
         for g in result.capture.gemms:
             files.update(s.file for s in (g.source, g.defined_at) if s is not None)
         if result.config_file:
             files.add(result.config_file)
         files.update(deps.project_modules(Path(self.parts["root"])))
-        read_at = {**{f: sha for f, sha in opened.items() if sha is not None}, **before}
+        read_at = {**{f: sha for f, sha in reads.opened.items() if sha is not None}, **before}
         now = unchanged(read_at, deps.user_files(files, exclude=[self.store.folder]))
         if now is not None:  # else a file changed while it was linted: store nothing
-            self.store.save(path, key, result, now)
+            # and the module files an import would now find first must still not exist
+            absent = reads.absent([Path(self.parts["root"]), path if path.is_dir() else path.parent])
+            self.store.save(path, key, result, {**now, **dict.fromkeys(absent)})
         return result
 
     @contextlib.contextmanager

@@ -28,6 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     child on Linux (see :func:`_isolation`); from Python only when ``--timeout`` or
     ``--max-memory`` asks for it."""
     console = argv is None
+    if console:  # a closed or full stderr must not change the report or the exit code
+        from shapelint.app.outputs import guard_stderr
+
+        guard_stderr()
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list
     if args_list[:1] and args_list[0] in SUBCOMMANDS:

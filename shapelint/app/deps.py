@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import importlib.util
 import os
 import site
@@ -26,32 +25,77 @@ import sys
 import sysconfig
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from shapelint.app.fingerprint import file_digest
 from shapelint.files import PACKAGE_DIR
 
 _SHAPELINT_DIR = str(PACKAGE_DIR)
 
-#: the files opened for reading while a recording runs, each with the digest of its
-#: bytes when it was first opened (None: not recording)
-_opened: dict[str, str | None] | None = None
+@dataclass
+class Recording:
+    """What the lint read while a recording ran: each file opened for reading, with the
+    digest of its bytes when it was first opened (None for files that are not the
+    user's); the top-level names it tried to import; the folders ``sys.path`` held."""
+
+    opened: dict[str, str | None] = field(default_factory=dict)
+    imports: set[str] = field(default_factory=set)
+    search_path: set[str] = field(default_factory=set)
+
+    def absent(self, folders: Iterable[Path]) -> list[str]:
+        """The module files that an import this lint tried would find first if they
+        appeared, in the user's ``folders`` that were on ``sys.path`` (a new
+        ``override.py`` beside the model shadows an import that failed or found an
+        installed module): they must still not exist for a result to hold."""
+        roots = tuple(os.path.abspath(f) + os.sep for f in folders)
+        searched = [d for d in self.search_path if (d + os.sep).startswith(roots) and os.path.isdir(d)]
+        out = set()
+        for name in self.imports:
+            for folder in searched:
+                for candidate in (os.path.join(folder, f"{name}.py"), os.path.join(folder, name, "__init__.py")):
+                    if not os.path.exists(candidate):
+                        out.add(candidate)
+        return sorted(out)
+
+
+#: the recording running (None: not recording)
+_current: Recording | None = None
 _hooked = False
 #: set while the hook itself reads a file (its own open must not be recorded)
 _in_hook = threading.local()
 
 
 def _audit(event: str, args: tuple[object, ...]) -> None:
-    if _opened is None or event != "open" or getattr(_in_hook, "active", False):
+    rec = _current
+    if rec is None or getattr(_in_hook, "active", False):
         return
+    if event == "import":
+        _note_import(rec, args)
+    elif event == "open":
+        _note_open(rec, args)
+
+
+def _note_import(rec: Recording, args: tuple[object, ...]) -> None:
+    """``import`` event: (module, filename, sys.path, sys.meta_path, sys.path_hooks)."""
+    name = args[0]
+    if isinstance(name, str) and name:
+        rec.imports.add(name.partition(".")[0])
+    path = args[2] if len(args) > 2 else None
+    if isinstance(path, list):
+        rec.search_path.update(os.path.abspath(p or ".") for p in path if isinstance(p, str))
+
+
+def _note_open(rec: Recording, args: tuple[object, ...]) -> None:
     path, mode = args[0], args[1] if len(args) > 1 else "r"
     if not isinstance(path, str) or (mode is not None and any(c in str(mode) for c in "wax+")):
         return
-    path = _source(os.path.abspath(path))  # now: user code may change the working directory
-    if path is None or path in _opened:
+    source = _source(os.path.abspath(path))  # now: user code may change the working directory
+    if source is None or source in rec.opened:
         return
     _in_hook.active = True
     try:
-        _opened[path] = _digest(path) if not _is_system(path, _system_dirs()) else None
+        rec.opened[source] = file_digest(source) if not _is_system(source, _system_dirs()) else None
     finally:
         _in_hook.active = False
 
@@ -66,42 +110,37 @@ def _source(path: str) -> str | None:
     return path
 
 
-def _digest(path: str) -> str | None:
-    """SHA-256 of a regular file's bytes, as the lint is about to read them."""
-    try:
-        if not os.path.isfile(path):
-            return None
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
-
-
 @contextlib.contextmanager
-def recording() -> Iterator[dict[str, str | None]]:
-    """Collect the paths opened for reading inside the ``with`` body (raw: filter
-    them with :func:`user_files`), each user file with the digest of its bytes when
-    the body first opened it (:func:`shapelint.app.cache.unchanged` compares them with the
+def recording() -> Iterator[Recording]:
+    """Record what the ``with`` body reads (raw: filter the files with
+    :func:`user_files`), each user file with the digest of its bytes when the body
+    first opened it (:func:`shapelint.app.cache.unchanged` compares them with the
     files after the lint: an edit in between stores nothing)."""
-    global _opened, _hooked
+    global _current, _hooked
     if not _hooked:
         sys.addaudithook(_audit)
         _hooked = True
-    outer, _opened = _opened, {}
-    seen = _opened
+    outer, _current = _current, Recording()
+    seen = _current
     try:
         yield seen
     finally:
-        _opened = outer
+        _current = outer
         if outer is not None:
-            for path, sha in seen.items():
-                outer.setdefault(path, sha)
+            for path, sha in seen.opened.items():
+                outer.opened.setdefault(path, sha)
+            outer.imports |= seen.imports
+            outer.search_path |= seen.search_path
 
 
 @functools.cache
 def _system_dirs() -> tuple[str, ...]:
-    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, _SHAPELINT_DIR,
-            *sysconfig.get_paths().values(), *site.getsitepackages(), site.getusersitepackages()}
+    """Python's own library and the installed packages, and shapelint: never the user's
+    files. Not ``sys.prefix`` itself: a virtual environment at the project root, or a
+    project under ``/usr/src`` beside Debian's ``/usr`` prefix, is the user's."""
+    paths = sysconfig.get_paths()
+    dirs = {_SHAPELINT_DIR, *(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths),
+            *site.getsitepackages(), site.getusersitepackages()}
     rules = importlib.util.find_spec("shapelint.rules")
     dirs.update((rules.submodule_search_locations or []) if rules else [])
     return tuple(os.path.normpath(d) + os.sep for d in dirs if d)
@@ -138,4 +177,4 @@ def project_modules(root: Path) -> list[str]:
     return files
 
 
-__all__ = ["project_modules", "recording", "user_files"]
+__all__ = ["Recording", "project_modules", "recording", "user_files"]

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,14 +33,31 @@ def digest(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+#: a file larger than this is not hashed (None, as an unreadable one): a dependency of
+#: a lint is a source or configuration file, never a checkpoint
+MAX_DIGEST_BYTES = 256 * 2**20
+
+
 def file_digest(path: str | Path) -> str | None:
-    """SHA-256 of a file's bytes; None when it cannot be read."""
+    """SHA-256 of a regular file's bytes; None when it cannot be read, is not a
+    regular file (a FIFO, a device: opened without blocking, never read) or is larger
+    than :data:`MAX_DIGEST_BYTES`."""
     try:
-        with open(path, "rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest() if hasattr(hashlib, "file_digest") \
-                else hashlib.sha256(f.read()).hexdigest()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_DIGEST_BYTES:
+            return None
+        h = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+        return h.hexdigest()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def source_digest() -> str:

@@ -24,6 +24,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import IO, Any
 
 from shapelint.errors import ShapelintError
 from shapelint.files import refuse_special, write_file
@@ -36,9 +37,12 @@ def check_file_name(path: str, flag: str) -> None:
         raise ShapelintError(f"{flag}: the file name is empty")
 
 
-def check_output_path(path: str, protected: Iterable[Path], flag: str = "--output") -> None:
-    """Refuse an output path that is empty, a folder, a FIFO, a device or a socket, or
-    one of the files shapelint reads (also through a symbolic link)."""
+def check_output_path(path: str, protected: Iterable[Path], flag: str = "--output",
+                      inside: Sequence[Path] = ()) -> None:
+    """Refuse an output path that is empty, a folder, a FIFO, a device or a socket, one
+    of the files shapelint reads (also through a symbolic link), or, given ``inside``
+    (the project root, the working directory), a path whose links lead out of them: a
+    link committed by a pull request must not aim the report at a file elsewhere."""
     check_file_name(path, flag)
     out = Path(path)
     if out.is_dir():
@@ -47,6 +51,10 @@ def check_output_path(path: str, protected: Iterable[Path], flag: str = "--outpu
     for p in protected:
         if _same_file(out, p):
             raise ShapelintError(f"{flag} {path}: is {p}, which shapelint reads; refusing to overwrite it")
+    real, plain = Path(os.path.realpath(path)), Path(os.path.abspath(path))
+    if inside and real != plain and not any(real.is_relative_to(os.path.realpath(f)) for f in inside):
+        raise ShapelintError(f"{flag} {path}: a symbolic link leads it to {real}, outside the project; "
+                             "refusing to write there")
 
 
 def check_distinct(outputs: Sequence[tuple[str, str]]) -> None:
@@ -95,6 +103,48 @@ def stdout_guard() -> Iterator[None]:
         reader_gone()
 
 
+class QuietStderr:
+    """``sys.stderr`` that a closed pipe or a full device cannot break: the first write
+    that fails points fd 2 at /dev/null and every later one goes nowhere, so that the
+    run's report (stdout, ``--output``) and exit code stand (``shapelint m.py 2>&1 |
+    true`` exited 2 with no report when the model printed)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return int(self.stream.write(text) or 0)
+            except OSError:
+                self._lose()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self.stream.flush()
+            except OSError:
+                self._lose()
+
+    def _lose(self) -> None:
+        self.gone = True
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def guard_stderr() -> None:
+    """Install :class:`QuietStderr` (once)."""
+    if not isinstance(sys.stderr, QuietStderr) and sys.stderr is not None:
+        sys.stderr = QuietStderr(sys.stderr)  # type: ignore[assignment]
+
+
 def reader_gone() -> None:
     """The reader of stdout has gone: point fd 1 at /dev/null, so that later writes
     and the interpreter's final flush go nowhere instead of failing again (the run's
@@ -139,5 +189,5 @@ def _stem(target: Path) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-__all__ = ["check_distinct", "check_file_name", "check_output_path", "graph_paths", "protected_paths", "reader_gone",
-           "stdout_guard", "write_file"]
+__all__ = ["QuietStderr", "check_distinct", "check_file_name", "check_output_path", "graph_paths", "guard_stderr",
+           "protected_paths", "reader_gone", "stdout_guard", "write_file"]

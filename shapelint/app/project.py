@@ -62,11 +62,13 @@ def affected(changed: list[str], targets: list[Path], store: Store | None) -> li
     """``--hook``: of ``targets`` (the configured ones), those never linted here or
     whose recorded dependencies include a ``changed`` file, then the changed files
     that are targets themselves."""
-    touched = {os.path.abspath(c) for c in changed}
+    # compared by real path: pre-commit names a file by its real path, a dependency is
+    # recorded by the path it was imported through (a symlinked folder)
+    touched = {os.path.realpath(c) for c in changed}
     out: list[Path] = []
     for t in targets:
         deps = store.dependencies(t) if store is not None else None
-        if deps is None or os.path.abspath(t) in touched or deps & touched:
+        if deps is None or os.path.realpath(t) in touched or {os.path.realpath(d) for d in deps} & touched:
             out.append(t)
     chosen = {os.path.abspath(t) for t in out}
     for c in changed:

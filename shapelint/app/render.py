@@ -40,8 +40,12 @@ def _print(outcome: Linted) -> None:
     """The report (or ``--diff``'s diff), the ``--fix`` notes and ``--statistics``."""
     request, fixing = outcome.request, outcome.fixing
     fmt = request.format
-    if request.diff:
-        sys.stdout.write(fixing.diff if fixing is not None else "")
+    if request.diff:  # the diff is the report: to --output when given
+        diff = fixing.diff if fixing is not None else ""
+        if request.output:
+            outputs.write_file(request.output, diff, "--output")
+        else:
+            sys.stdout.write(diff)
     else:
         write_report(outcome, fmt)
     if fixing is not None:

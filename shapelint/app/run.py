@@ -193,8 +193,14 @@ def fix(results: list[Result], jobs: list[Job], plan: LintPlan, suppression: Sup
 
 def check_outputs(request: Request, paths: list[Path]) -> None:
     """No output may replace a file the run reads (a target, a builder, the
-    configuration, a rule module), nor another output, before anything is linted."""
+    configuration, a rule module, the GPU profile), nor another output, nor be led out
+    of the project by a link, before anything is linted."""
+    from shapelint.app import project
+
     protected = outputs.protected_paths(paths, request.config.file, request.rules_dirs)
+    if request.gpu_profile:
+        protected.append(Path(request.gpu_profile))
+    inside = [project.root(request.config), Path.cwd()]
     given: list[tuple[str, str]] = []
     if request.output is not None:
         given.append(("--output", request.output))
@@ -204,7 +210,7 @@ def check_outputs(request: Request, paths: list[Path]) -> None:
         outputs.check_file_name(request.dump_graph, "--dump-graph")
         given += [("--dump-graph", str(graph)) for graph in outputs.graph_paths(request.dump_graph, paths)]
     for flag, path in given:
-        outputs.check_output_path(path, protected, flag)
+        outputs.check_output_path(path, protected, flag, inside)
     outputs.check_distinct(given)
 
 
