@@ -14,7 +14,7 @@ from shapelint.hardware import resolve
 from shapelint.model.records import Finding, Operand, Suggestion
 from shapelint.physics.alignment import gemm_alignment, is_aligned, misaligned_leading_dims, operand_alignment
 from shapelint.pipeline.run import trace
-from shapelint.price import Policy, StepModel, _deduplicated, best_after, price
+from shapelint.price import Policy, StepModel, best_after, deduplicated, price
 from shapelint.price.step import Step
 
 H100 = resolve("h100")
@@ -79,9 +79,9 @@ def test_a_gemm_two_findings_cover_keeps_the_best_time() -> None:
 def test_two_rules_proposing_one_change_keep_the_larger_saving() -> None:
     small, large = _finding("SL101", (0,), 4.0, 3.0), _finding("SL202", (0,), 4.0, 1.0)
     for order in ([small, large], [large, small]):
-        assert _deduplicated(order) == [large]
+        assert deduplicated(order) == [large]
     elsewhere = replace(small, modules=("other",))
-    assert _deduplicated([small, large, elsewhere]) == [large, elsewhere]
+    assert deduplicated([small, large, elsewhere]) == [large, elsewhere]
 
 
 def test_the_step_share_gate_measures_the_whole_step() -> None:
