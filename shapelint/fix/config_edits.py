@@ -19,10 +19,10 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from shapelint.fix.edits import Span
 from shapelint.fix.files import Doc, NotFixed
 from shapelint.load.json_tokens import paths, scan
 
-Span = tuple[int, int]
 #: YAML sections whose integers are the builder's sizes
 YAML_SIZE_SECTIONS = ("kwargs", "hf_config")
 #: an integer as --fix writes it, and the only form it edits

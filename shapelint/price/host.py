@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from shapelint.hardware import Hardware
-from shapelint.model.records import GraphBreaks
+from shapelint.model.graphs import GraphBreaks
 from shapelint.price.kernels import Mode
 
 #: what the host issues, in order: (kernel ms, kernels, host ms) of one op, a fused

@@ -128,11 +128,6 @@ def price_one(p: Proposal, hw: Hardware, policy: Policy = Policy()) -> Finding |
         return None
     recorded = [gemm_ms(g, hw) for g in p.gemms]
     total = sum(recorded) or 1.0
-    facts = dict(change.facts)
-    if p.now is not None:
-        facts["recorded_ms"] = sum(recorded)
-    for name, work in p.references:
-        facts[f"{name}_ms"] = work_ms(work, hw)
     return Finding(
         code=p.code,
         name=p.name,
@@ -146,10 +141,13 @@ def price_one(p: Proposal, hw: Hardware, policy: Policy = Policy()) -> Finding |
         source=p.source or p.gemms[0].defined_at,
         gain=p.gain,
         gemm_ms_after=tuple(a + added_ms * r / total for a, r in zip(after_each, recorded)),
-        facts=tuple(facts.items()),
+        facts=tuple(dict(change.facts).items()),
         alternatives=_alternatives(p, sizes, before_ms, hw, policy),
         after=change.after,
         slices=change.slices,
+        vocab=change.vocab,
+        recorded_ms=sum(recorded) if p.now is not None else None,
+        reference_ms=tuple((name, work_ms(work, hw)) for name, work in p.references),
     )
 
 

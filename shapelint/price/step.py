@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from shapelint.hardware import Hardware
-from shapelint.model.records import Gemm, GraphBreaks, Op, Slice
+from shapelint.model.graphs import GraphBreaks
+from shapelint.model.records import Gemm, Op, Slice
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.host import Issued, between_graphs, host_costs, serialised_ms
 from shapelint.price.inductor import Fused, compiled_gemm_ms, fused_regions, transposed_made_in_graph

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from shapelint.model.locations import ConfigLocation
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Result
 from shapelint.price.gemm import gemm_time
@@ -73,32 +74,33 @@ def gemm_line(r: Result) -> str:
 def config_context(f: Finding) -> list[str]:
     """For a finding located in a config (``shapelint.locate.config_keys``): the keys that give
     the size when it is derived, or why no key does, and the library line of the layer."""
+    loc = f.location
+    out = _key_lines(loc) if loc is not None else []
+    if f.pretrained is not None:
+        out.append(f"pretrained checkpoint ({f.pretrained.why}): do not edit its config, "
+                   + (f.pretrained.recipe or "its sizes are the ones its weights were trained at"))
+    lib = loc.library_source if loc is not None else None
+    if lib is not None:
+        param = loc.code_parameter if loc is not None else None
+        file = re.split(r"[/\\](?:site|dist)-packages[/\\]", lib.file)[-1]
+        out.append(f"library line: {file}:{lib.line}" + (f" ({param})" if param and param != "size" else ""))
+    return out
+
+
+def _key_lines(loc: ConfigLocation) -> list[str]:
+    """The keys a derived size is computed from, the keys edited with it, the keys of the
+    same value, or why no key gives it."""
     out = []
-    keys = f.fact("config_keys")
-    formula = f.fact("config_formula")
-    if isinstance(keys, list) and formula and (len(keys) > 1 or " / tp" in str(formula)):
-        values = ", ".join(f"{k['key']} = {k['value']} (line {k['line']})" for k in keys)
-        out.append(f"set by {formula}: {values}")
-    together = f.fact("config_together")
-    if isinstance(together, list) and together:
-        out.append("with " + ", ".join(f"{k['key']} (line {k['line']})" for k in together)
+    if loc.key is not None and loc.formula and (len(loc.keys) > 1 or " / tp" in loc.formula):
+        values = ", ".join(f"{k.key} = {k.value} (line {k.line})" for k in loc.keys)
+        out.append(f"set by {loc.formula}: {values}")
+    if loc.together:
+        out.append("with " + ", ".join(f"{k.key} (line {k.line})" for k in loc.together)
                    + ": the same vocabulary, changed with it")
-    also = f.fact("config_also")
-    if isinstance(also, list) and also:
-        out.append("as are (same value): " + ", ".join(f"{k['key']} (line {k['line']})" for k in also))
-    note = f.fact("config_note")
-    if note:
-        out.append(f"no config key: {note}")
-    pretrained = f.fact("pretrained")
-    if pretrained:
-        how = f.fact("pretrained_fix")
-        out.append(f"pretrained checkpoint ({pretrained}): do not edit its config, "
-                   + (str(how) if how else "its sizes are the ones its weights were trained at"))
-    lib = f.fact("library_source")
-    if isinstance(lib, dict):
-        param = f.fact("code_parameter")
-        file = re.split(r"[/\\](?:site|dist)-packages[/\\]", str(lib["file"]))[-1]
-        out.append(f"library line: {file}:{lib['line']}" + (f" ({param})" if param and param != "size" else ""))
+    if loc.also:
+        out.append("as are (same value): " + ", ".join(f"{k.key} (line {k.line})" for k in loc.also))
+    if loc.note:
+        out.append(f"no config key: {loc.note}")
     return out
 
 
