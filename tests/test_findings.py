@@ -76,3 +76,32 @@ def test_no_stage_reads_a_fact_another_stage_wrote() -> None:
                 if isinstance(node, ast.Attribute) and node.attr == "fact":
                     readers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert readers == []
+
+
+def test_reporters_render_what_the_pricer_computed() -> None:
+    """The verbose GEMM table and the roofline plot read each GEMM's estimate from the
+    result (``Result.gemm_times``): no reporter imports the pricer."""
+    importers = []
+    for path in sorted((ROOT / "shapelint" / "report").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            importers += [f"{path.name}: {n}" for n in names if n.startswith("shapelint.price")]
+    assert importers == []
+
+
+def test_the_result_holds_each_gemms_estimate_in_capture_order() -> None:
+    import torch
+    from torch import nn
+
+    from shapelint.hardware import resolve
+    from shapelint.pipeline.result import Options
+    from shapelint.pipeline.run import lint_module
+    from shapelint.price.gemm import gemm_time
+    from shapelint.report.plot import points
+
+    r = lint_module(nn.Sequential(nn.Linear(1000, 1023), nn.Linear(1023, 64)), torch.randn(512, 1000), Options(),
+                    resolve("h100"), [])
+    assert r.gemm_times == tuple(gemm_time(g, r.hardware) for g in r.capture.gemms) and len(r.gemm_times) == 5
+    slow = replace(r, gemm_times=tuple(replace(t, seconds=2 * t.seconds) for t in r.gemm_times))
+    assert [p["flops_s"] for p in points(slow)] == [p["flops_s"] / 2 for p in points(r)]

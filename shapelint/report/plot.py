@@ -39,9 +39,7 @@ def require_matplotlib() -> Any:
 
 def points(r: Result) -> list[dict[str, Any]]:
     """One entry per GEMM: intensity, FLOP/s before and (if a finding covers it) after, share."""
-    from shapelint.price.gemm import gemm_time
-
-    before = {g.index: gemm_time(g, r.hardware).seconds for g in r.capture.gemms}
+    before = {g.index: est.seconds for g, est in zip(r.capture.gemms, r.gemm_times)}
     after: dict[int, float] = {}
     for f in r.findings:
         if f.suppressed:

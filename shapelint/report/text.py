@@ -13,7 +13,6 @@ from rich.text import Text
 from shapelint.model.locations import ConfigLocation
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Result
-from shapelint.price.gemm import gemm_time
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -153,10 +152,10 @@ def gemm_table(r: Result) -> Table:
     t = Table(title=f"GEMMs of {r.target}", show_lines=False)
     for col in ("#", "module", "op", "phase", "m×n×k", "batch", "dtype", "FLOPs %", "est µs"):
         t.add_column(col, justify="right" if col in ("#", "batch", "FLOPs %", "est µs") else "left")
-    for g in r.capture.gemms:
+    for g, est in zip(r.capture.gemms, r.gemm_times):
         t.add_row(
             str(g.index), g.module, g.op, g.phase, f"{g.m}×{g.n}×{g.k}", str(g.batch), g.dtype,
-            f"{100 * g.flops / total:.1f}", f"{gemm_time(g, r.hardware).seconds * 1e6:.1f}",
+            f"{100 * g.flops / total:.1f}", f"{est.seconds * 1e6:.1f}",
         )
     return t
 
