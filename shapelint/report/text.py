@@ -104,26 +104,14 @@ def _key_lines(loc: ConfigLocation) -> list[str]:
 
 
 def _finding(console: Console, f: Finding) -> None:
-    where = f" {f.source}" if f.source else ""
-    sev = Text(f"{f.severity:7}", style=SEVERITY_STYLE.get(f.severity, ""))
-    head = Text.assemble("  ", (f.code, "bold"), " ", sev, " ", (f.name, "dim"), where)
-    if f.suppressed:
-        head.append("  (suppressed)", style="dim")
-    console.print(head)
+    console.print(_head(f))
     console.print(f"      {f.message}", highlight=False)
     if f.suggestion:
         console.print(Text.assemble("      fix: ", (str(f.suggestion), "green")), highlight=False)
     for line in config_context(f):
         console.print(f"      {line}", style="dim", highlight=False)
     if f.est_speedup is not None:
-        extra = ""
-        if f.measured_speedup is not None:
-            extra = f", measured {f.measured_speedup:.2f}×"
-        if f.gain == "throughput":
-            what = "work per second on these GEMMs"
-        else:
-            what = f"on these GEMMs ({f.est_ms:.3f} ms → {f.est_ms_after:.3f} ms per step)"
-        console.print(f"      est. {f.est_speedup:.2f}× {what}{extra}", highlight=False)
+        console.print(f"      {_speedup_line(f, f.est_speedup)}", highlight=False)
     if f.step_ms_saved is not None and f.step_share is not None:
         console.print(f"      saves {f.step_ms_saved:.2f} ms per training step ({100 * f.step_share:.1f}% of it, "
                       f"est. {f.step_speedup or 1.0:.3f}× per step)", highlight=False)
@@ -132,19 +120,47 @@ def _finding(console: Console, f: Finding) -> None:
     for alt in f.alternatives:
         console.print(Text.assemble("      or: ", (str(alt.suggestion), "green"),
                                     f" ({alt.note}): est. {alt.est_speedup:.2f}×"), highlight=False)
-    v = f.verification
-    if v is not None and v.get("status") != "not run":
-        rows: list[dict[str, float]] = v.get("gemms", [])  # type: ignore[assignment]
-        fractions = [(g["before_peak_fraction"], g["after_peak_fraction"]) for g in rows
-                     if g.get("before_peak_fraction") is not None and g.get("after_peak_fraction") is not None]
-        peak = "; % of peak before → after: " + ", ".join(f"{100 * b:.0f}→{100 * a:.0f}" for b, a in fractions) \
-            if fractions else ""
-        style = "green" if v["status"] == "confirmed" else "yellow"
-        console.print(Text.assemble("      ", (str(v["status"]), style),
-                                    f": {v['before_ms']:.3f} ms → {v['after_ms']:.3f} ms measured{peak}"),
-                      highlight=False)
+    verified = _verification_line(f)
+    if verified is not None:
+        console.print(verified, highlight=False)
     if len(f.modules) > 1:
         console.print(f"      in {len(f.modules)} modules: {f.module}", style="dim", highlight=False)
+
+
+def _head(f: Finding) -> Text:
+    """``SL101 error   misaligned-leading-dim model.py:12``."""
+    where = f" {f.source}" if f.source else ""
+    sev = Text(f"{f.severity:7}", style=SEVERITY_STYLE.get(f.severity, ""))
+    head = Text.assemble("  ", (f.code, "bold"), " ", sev, " ", (f.name, "dim"), where)
+    if f.suppressed:
+        head.append("  (suppressed)", style="dim")
+    return head
+
+
+def _speedup_line(f: Finding, speedup: float) -> str:
+    """``est. 1.30× on these GEMMs (…)``, with the speedup ``--verify`` measured."""
+    measured = f", measured {f.measured_speedup:.2f}×" if f.measured_speedup is not None else ""
+    if f.gain == "throughput":
+        what = "work per second on these GEMMs"
+    else:
+        what = f"on these GEMMs ({f.est_ms:.3f} ms → {f.est_ms_after:.3f} ms per step)"
+    return f"est. {speedup:.2f}× {what}{measured}"
+
+
+def _verification_line(f: Finding) -> Text | None:
+    """What ``--verify`` measured for the finding (None: not run), with each GEMM's share
+    of the GPU's peak before and after."""
+    v = f.verification
+    if v is None or v.get("status") == "not run":
+        return None
+    rows: list[dict[str, float]] = v.get("gemms", [])  # type: ignore[assignment]
+    fractions = [(g["before_peak_fraction"], g["after_peak_fraction"]) for g in rows
+                 if g.get("before_peak_fraction") is not None and g.get("after_peak_fraction") is not None]
+    peak = "; % of peak before → after: " + ", ".join(f"{100 * b:.0f}→{100 * a:.0f}" for b, a in fractions) \
+        if fractions else ""
+    style = "green" if v["status"] == "confirmed" else "yellow"
+    return Text.assemble("      ", (str(v["status"]), style),
+                         f": {v['before_ms']:.3f} ms → {v['after_ms']:.3f} ms measured{peak}")
 
 
 def gemm_table(r: Result) -> Table:
@@ -168,27 +184,36 @@ def render(results: Sequence[Result], out: IO[str], *, verbose: bool = False, co
         _header(console, r)
         if verbose:
             console.print(gemm_table(r))
-        shown = [f for f in r.findings if show_suppressed or not f.suppressed]
-        by_module: dict[str, list[Finding]] = {}
-        for f in shown:
-            by_module.setdefault(f.module, []).append(f)
-        for module, fs in by_module.items():
-            console.print(Text.assemble("  module ", (module, "bold cyan")))
-            for f in fs:
-                _finding(console, f)
-        n = sum(1 for f in r.findings if not f.suppressed)
-        verdict = f"{n} finding{'s' if n != 1 else ''}" if n else "no findings"
-        console.print(f"  {verdict}; {step_line(r)}", highlight=False)
-        graphs = graphs_line(r)
-        if graphs:
-            console.print(f"  {graphs}", style="dim", highlight=False)
-        console.print(f"  {gemm_line(r)}", style="dim", highlight=False)
-        if r.step_verification is not None:
-            from shapelint.report.verification import report_lines
-
-            for line in report_lines(r.step_verification):
-                console.print(f"  {line}", highlight=False)
+        _findings(console, [f for f in r.findings if show_suppressed or not f.suppressed])
+        _footer(console, r)
         console.print()
+
+
+def _findings(console: Console, shown: Sequence[Finding]) -> None:
+    """The findings, under the module each is in, modules in order of their first finding."""
+    by_module: dict[str, list[Finding]] = {}
+    for f in shown:
+        by_module.setdefault(f.module, []).append(f)
+    for module, fs in by_module.items():
+        console.print(Text.assemble("  module ", (module, "bold cyan")))
+        for f in fs:
+            _finding(console, f)
+
+
+def _footer(console: Console, r: Result) -> None:
+    """The count of findings and the step's estimate (and what ``--verify --step`` measured)."""
+    n = sum(1 for f in r.findings if not f.suppressed)
+    verdict = f"{n} finding{'s' if n != 1 else ''}" if n else "no findings"
+    console.print(f"  {verdict}; {step_line(r)}", highlight=False)
+    graphs = graphs_line(r)
+    if graphs:
+        console.print(f"  {graphs}", style="dim", highlight=False)
+    console.print(f"  {gemm_line(r)}", style="dim", highlight=False)
+    if r.step_verification is not None:
+        from shapelint.report.verification import report_lines
+
+        for line in report_lines(r.step_verification):
+            console.print(f"  {line}", highlight=False)
 
 
 def statistics(results: Sequence[Result], out: IO[str], *, show_suppressed: bool = False) -> None:
