@@ -106,9 +106,10 @@ def _proposal(covered: tuple[Gemm, ...], vocab: int, hw: Hardware, context: Rule
             f"vocabulary {vocab} in {len(covered)} {g.dtype} GEMMs ({phases(covered)}); "
             f"pad to {to}{shard_note}: +{extra:,} parameters; tied embeddings grow with it, and the loss must "
             f"ignore the padded logits (slice them off or set them to -inf)",
-            (("vocab", vocab), ("extra_rows", to - vocab), ("extra_params", extra), ("tp", tp)),
+            (("extra_rows", to - vocab), ("extra_params", extra), ("tp", tp)),
             slices=tuple(Slice(h.m * h.batch, shard, ceil_div(to, tp) if shard != vocab else to, h.dtype_bytes)
                          for h in covered if h.phase == "forward" and h.n == shard),
+            vocab=vocab,
         )
 
     dim = Dim(vocab, hw.align_elems(g.dtype_bytes), SEARCH_SPAN, tp)

@@ -84,7 +84,7 @@ def test_run_outcomes_and_their_exit_codes(here: Path, capsys: pytest.CaptureFix
     render(listing)
     assert capsys.readouterr().out.startswith("SL101  ") and listing.exit_code() == 0
     monkeypatch.delenv("SHAPELINT_NO_CACHE")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(here / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(here.parent / "key-home"))  # outside the project: a key there signs nothing
     (here / "pyproject.toml").write_text('[tool.shapelint]\ntargets = ["model.py"]\n')
     write_model(here)
     first = run_request(request("--hook", "unrelated.txt", "--format", "json"))  # never linted here: linted

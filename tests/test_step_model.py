@@ -22,22 +22,12 @@ from shapelint.load.run import load
 from shapelint.model.records import Op, Slice
 from shapelint.physics.attention import AttentionCall, compiled_call, gpu_kernel, math_kernel
 from shapelint.pipeline.run import trace
-from shapelint.price import StepModel, _inductor_note, best_after
+from shapelint.price import StepModel, best_after, inductor_note
 from shapelint.price.gemm import gemm_ms, work_ms
-from shapelint.price.step import (
-    Step,
-    attention_ms,
-    compiled_gemm_ms,
-    fused_regions,
-    inductor_laid_out,
-    memory_kernel_ms,
-    op_ms,
-    optimizer_ms,
-    pad_mm_padded,
-    serialised_ms,
-    slice_ms,
-    step_time,
-)
+from shapelint.price.host import serialised_ms
+from shapelint.price.inductor import compiled_gemm_ms, fused_regions, inductor_laid_out, pad_mm_padded
+from shapelint.price.kernels import attention_ms, memory_kernel_ms, op_ms, optimizer_ms
+from shapelint.price.step import Step, slice_ms, step_time
 from tests._cli_helpers import run
 
 H100 = hardware.resolve("h100")
@@ -323,10 +313,10 @@ def test_a_compiled_finding_says_what_inductor_does_itself(tmp_path, capsys: pyt
     assert f["step_note"] == ("under torch.compile, Inductor's pad_mm pads 2 of these 3 GEMMs itself, and Inductor "
                               "writes the transposed operand of the other in an aligned layout; this is what remains")
     assert f["step_ms_saved"] < 0.01
-    assert _inductor_note(0, 1, 1) == "Inductor writes the transposed operand of this GEMM in an aligned layout"
-    assert _inductor_note(1, 1, 3) == ("Inductor's pad_mm pads 1 of these 3 GEMMs itself, and Inductor writes the "
+    assert inductor_note(0, 1, 1) == "Inductor writes the transposed operand of this GEMM in an aligned layout"
+    assert inductor_note(1, 1, 3) == ("Inductor's pad_mm pads 1 of these 3 GEMMs itself, and Inductor writes the "
                                        "transposed operand of 1 of these 3 GEMMs in an aligned layout")
-    assert _inductor_note(3, 0, 3) == "Inductor's pad_mm pads these GEMMs itself"
+    assert inductor_note(3, 0, 3) == "Inductor's pad_mm pads these GEMMs itself"
 
 
 def test_hugging_face_loss_without_a_loss_type_breaks_the_graph(tmp_path) -> None:

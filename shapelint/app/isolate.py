@@ -108,6 +108,10 @@ def _child(fn: Callable[[], int], status_fd: int, stdout_fd: int, max_memory: in
            stderr_fd: int | None) -> None:
     rc = 2
     try:
+        # a process group of its own: a timeout ends the processes it started too (the
+        # --fix re-lint, compile workers), not only this one
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)
         faulthandler.disable()  # the parent reports a crash on one line
         sys.stdout.flush()
         os.dup2(stdout_fd, 1)
@@ -267,6 +271,9 @@ class _Relay:
 
 
 def _kill(pid: int) -> None:
+    """End the child and every process of its group (it made its own: :func:`_child`)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):

@@ -31,7 +31,16 @@ from collections.abc import Iterator
 from shapelint.fix.files import NotFixed
 from shapelint.fix.flow import ENTRY, Module, fields, is_dataclass, method, own_nodes
 from shapelint.fix.follow import Follower
-from shapelint.fix.forward import INPUT, KEEP_LAYERS, NORM_LAYERS, POOL_LAYERS, analyse, layer_class, pool_to_one
+from shapelint.fix.forward import (
+    INPUT,
+    KEEP_LAYERS,
+    NORM_LAYERS,
+    POOL_LAYERS,
+    Forward,
+    analyse,
+    layer_class,
+    pool_to_one,
+)
 
 IN_PARAMETERS = ("in_features", "in_channels")
 OUT_PARAMETERS = ("out_features", "out_channels")
@@ -235,23 +244,32 @@ def _in_forward(mod: Module, call: ast.Call, side: str, conv: bool) -> list[ast.
     forward = analyse(owner[0]) if owner else None
     if owner is None or forward is None:
         return []
-    attr = owner[1]
-    out: list[ast.expr] = []
     if side == "out":
-        for other, sites in forward.sites.items():
-            if other != attr and sites and all(f is not None and f.layers == {attr} for f in sites):
-                built = forward.modules[other]
-                size = _norm_size(mod, built) if layer_class(built) in NORM_LAYERS else \
-                    argument(mod, built, IN_PARAMETERS)
-                out += [size] if size is not None else []
-        return out
-    sites = forward.sites.get(attr, [])
-    flows = {f for f in sites}
+        return _fed(mod, forward, owner[1])
+    return _feeding(mod, forward, owner, conv)
+
+
+def _fed(mod: Module, forward: Forward, attr: str) -> list[ast.expr]:
+    """The input sizes of the layers only ``attr``'s output feeds (a norm: its size)."""
+    out: list[ast.expr] = []
+    for other, sites in forward.sites.items():
+        if other != attr and sites and all(f is not None and f.layers == {attr} for f in sites):
+            built = forward.modules[other]
+            size = _norm_size(mod, built) if layer_class(built) in NORM_LAYERS else \
+                argument(mod, built, IN_PARAMETERS)
+            out += [size] if size is not None else []
+    return out
+
+
+def _feeding(mod: Module, forward: Forward, owner: tuple[ast.ClassDef, str], conv: bool) -> list[ast.expr]:
+    """The sizes that feed ``attr`` at its one call site: the norms it passes through, and
+    the output size of the one layer (or the example input) it reads."""
+    flows = set(forward.sites.get(owner[1], []))
     if len(flows) != 1 or None in flows:
         return []
     (flow,) = flows
     assert flow is not None
-    out += [s for n in flow.through if (s := _norm_size(mod, forward.modules[n])) is not None]
+    out = [s for n in flow.through if (s := _norm_size(mod, forward.modules[n])) is not None]
     (source,) = flow.layers if len(flow.layers) == 1 else (None,)
     if source == INPUT:
         size = _returned_input(mod, owner[0], conv)

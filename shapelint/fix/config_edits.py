@@ -19,10 +19,10 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from shapelint.fix.edits import Span
 from shapelint.fix.files import Doc, NotFixed
 from shapelint.load.json_tokens import paths, scan
 
-Span = tuple[int, int]
 #: YAML sections whose integers are the builder's sizes
 YAML_SIZE_SECTIONS = ("kwargs", "hf_config")
 #: an integer as --fix writes it, and the only form it edits
@@ -128,23 +128,38 @@ def yaml_spans(doc: Doc, lines: Sequence[int], value: int, input_width: int | No
         raise NotFixed(f"{doc.path}: cannot read it as one YAML document ({exc})") from None
     nodes = [(p, n) for p, n in _int_scalars(root) if _int_of(n) == value]
     if lines:
-        chosen = [n for line in lines for n in [next((n for _, n in nodes if n.start_mark.line + 1 == line), None)]
-                  if n is not None]
-        if len(chosen) != len(lines):
-            raise NotFixed(f"{doc.path}: no integer {value} on line {', '.join(map(str, lines))}")
-        return [_decimal(doc, n, value) for n in chosen]
-    sizes = [(p, n) for p, n in nodes if p[0] in YAML_SIZE_SECTIONS]
-    if len(sizes) > 1:
-        where = ", ".join(str(n.start_mark.line + 1) for _, n in sizes)
-        raise NotFixed(f"{doc.path}: {value} is given {len(sizes)} times (lines {where}): shapelint cannot tell which "
-                       f"one is this size")
-    if not sizes:
+        return [_decimal(doc, n, value) for n in _on_lines(doc, nodes, lines, value)]
+    size = _builder_size(doc, nodes, value)
+    if size is None:
         return []
-    spans = [_decimal(doc, sizes[0][1], value)]
+    spans = [_decimal(doc, size, value)]
     if input_width is not None:
         spans += [_decimal(doc, n, value) for p, n in nodes
                   if p[0] == "inputs" and len(p) >= 3 and p[-2] == "shape" and _is_width(p, n, root, input_width)]
     return spans
+
+
+#: an integer scalar of a YAML document and its key path
+Located = tuple[tuple[Any, ...], Any]
+
+
+def _on_lines(doc: Doc, nodes: Sequence[Located], lines: Sequence[int], value: int) -> list[Any]:
+    """The integer on each of ``lines``, or NotFixed when one has none."""
+    chosen = [next((n for _, n in nodes if n.start_mark.line + 1 == line), None) for line in lines]
+    found = [n for n in chosen if n is not None]
+    if len(found) != len(lines):
+        raise NotFixed(f"{doc.path}: no integer {value} on line {', '.join(map(str, lines))}")
+    return found
+
+
+def _builder_size(doc: Doc, nodes: Sequence[Located], value: int) -> Any:
+    """The one integer under the builder's sections (None: none; NotFixed: several)."""
+    sizes = [n for p, n in nodes if p[0] in YAML_SIZE_SECTIONS]
+    if len(sizes) > 1:
+        where = ", ".join(str(n.start_mark.line + 1) for n in sizes)
+        raise NotFixed(f"{doc.path}: {value} is given {len(sizes)} times (lines {where}): shapelint cannot tell which "
+                       f"one is this size")
+    return sizes[0] if sizes else None
 
 
 def _is_width(path: tuple[Any, ...], node: Any, root: Any, index: int) -> bool:

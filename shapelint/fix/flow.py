@@ -26,9 +26,10 @@ reason, and the finding is not fixed.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from shapelint.fix.files import NotFixed
 
@@ -95,22 +96,33 @@ def _bindings_of(node: ast.AST, name: str) -> Iterator[Binding]:
     elif isinstance(node, ast.NamedExpr):
         if node.target.id == name:
             yield Binding("walrus", node, node.value)
-    elif isinstance(node, ast.AugAssign) and name in _names_in(node.target) and isinstance(node.target, ast.Name):
-        yield Binding("augmented", node)
-    elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and name in _names_in(node.target):
-        yield Binding("loop", node)
-    elif isinstance(node, ast.withitem) and node.optional_vars is not None and name in _names_in(node.optional_vars):
-        yield Binding("with", node)
     elif isinstance(node, (ast.Import, ast.ImportFrom)):
         yield from (Binding("import", node) for a in node.names if (a.asname or a.name.split(".")[0]) == name)
-    elif isinstance(node, (*_FUNCTIONS, ast.ClassDef)) and node.name == name:
-        yield Binding("def", node)
-    elif isinstance(node, ast.ExceptHandler) and node.name == name:
-        yield Binding("except", node)
-    elif isinstance(node, ast.Delete) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-        yield Binding("del", node)
-    elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name == name:
-        yield Binding("match", node)
+    else:
+        kind = _binding_kind(node, name)
+        if kind is not None:
+            yield Binding(kind, node)
+
+
+#: the statements that bind a name without a value shapelint follows: (node types,
+#: whether the node binds the name, the kind of binding; see ``_KINDS``)
+_VALUELESS: tuple[tuple[tuple[type, ...], Callable[[Any, str], bool], str], ...] = (
+    ((ast.AugAssign,), lambda n, name: isinstance(n.target, ast.Name) and n.target.id == name, "augmented"),
+    ((ast.For, ast.AsyncFor, ast.comprehension), lambda n, name: name in _names_in(n.target), "loop"),
+    ((ast.withitem,), lambda n, name: n.optional_vars is not None and name in _names_in(n.optional_vars), "with"),
+    ((*_FUNCTIONS, ast.ClassDef), lambda n, name: n.name == name, "def"),
+    ((ast.ExceptHandler,), lambda n, name: n.name == name, "except"),
+    ((ast.Delete,), lambda n, name: any(isinstance(t, ast.Name) and t.id == name for t in n.targets), "del"),
+    ((ast.MatchAs, ast.MatchStar), lambda n, name: n.name == name, "match"),
+)
+
+
+def _binding_kind(node: ast.AST, name: str) -> str | None:
+    """The kind of binding of ``name`` that ``node`` makes without a value, or None."""
+    for types, binds, kind in _VALUELESS:
+        if isinstance(node, types):
+            return kind if binds(node, name) else None
+    return None
 
 
 def _params(fn: ast.AST) -> list[ast.arg]:
@@ -251,20 +263,23 @@ class Module:
     def only_call(self, defn: ast.AST) -> ast.Call:
         """The one call of ``defn`` (a function, or a class: its construction) in the file."""
         name = getattr(defn, "name", "")
-        hints = {id(n) for a in _annotations(self.tree) for n in ast.walk(a)}  # `-> GPT` calls nothing
-        refs = [n for n in ast.walk(self.tree) if isinstance(n, ast.Name) and n.id == name
-                and isinstance(n.ctx, ast.Load) and id(n) not in hints]
         calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
                  and n.func.id == name]
-        if len(refs) != len(calls):
+        if len(self._references(name)) != len(calls):
             raise NotFixed(f"{name} ({self.where(defn)}) is used other than by a call (passed on, or subclassed): "
                            f"shapelint cannot tell what it is called with")
         if len(calls) != 1:
             how = "never called in this file" if not calls else f"called {len(calls)} times"
             raise NotFixed(f"{name} ({self.where(defn)}) is {how}: shapelint cannot tell what it is called with")
-        if any(self.definition(c.func) is not defn for c in calls):
+        if self.definition(calls[0].func) is not defn:
             raise NotFixed(f"{name} names several things in {self.path}")
         return calls[0]
+
+    def _references(self, name: str) -> list[ast.Name]:
+        """Where the file reads ``name``, type annotations apart (``-> GPT`` calls nothing)."""
+        hints = {id(n) for a in _annotations(self.tree) for n in ast.walk(a)}
+        return [n for n in ast.walk(self.tree) if isinstance(n, ast.Name) and n.id == name
+                and isinstance(n.ctx, ast.Load) and id(n) not in hints]
 
 
 def _annotations(tree: ast.AST) -> Iterator[ast.expr]:

@@ -45,7 +45,8 @@ def default_of(fn: ast.AST, arg: ast.arg) -> ast.expr | None:
 
 
 def _self_targets(node: ast.AST, attr: str) -> Iterator[tuple[ast.AST, ast.expr | None]]:
-    """(assignment, value) for each ``self.<attr> = value`` that ``node`` makes."""
+    """(assignment, value) for each ``self.<attr> = value`` that ``node`` makes (value
+    None: changed in place, or unpacked from a value shapelint does not follow)."""
     if isinstance(node, ast.AugAssign) and _is_self_attr(node.target, attr):
         yield node, None
     if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
@@ -54,13 +55,17 @@ def _self_targets(node: ast.AST, attr: str) -> Iterator[tuple[ast.AST, ast.expr 
         if _is_self_attr(target, attr):
             yield node, node.value
         elif isinstance(target, (ast.Tuple, ast.List)) and any(_is_self_attr(t, attr) for t in target.elts):
-            value = node.value
-            i = next(i for i, t in enumerate(target.elts) if _is_self_attr(t, attr))
-            if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) \
-                    and not any(isinstance(e, ast.Starred) for e in [*value.elts, *target.elts]):
-                yield node, value.elts[i]
-            else:
-                yield node, None
+            yield node, _unpacked(target, node.value, attr)
+
+
+def _unpacked(target: ast.Tuple | ast.List, value: ast.expr, attr: str) -> ast.expr | None:
+    """``self.a, self.b = 1, 2``: the element of ``value`` at ``self.<attr>``'s place (None
+    when the value is not a tuple or list of as many plain elements)."""
+    i = next(i for i, t in enumerate(target.elts) if _is_self_attr(t, attr))
+    if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) \
+            and not any(isinstance(e, ast.Starred) for e in [*value.elts, *target.elts]):
+        return value.elts[i]
+    return None
 
 
 def _is_self_attr(node: ast.AST, attr: str) -> bool:

@@ -15,11 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from shapelint.fix.chain import argument, companions, vocabulary
+from shapelint.fix.edits import Span
 from shapelint.fix.files import Doc, NotFixed
 from shapelint.fix.flow import Module
 from shapelint.fix.follow import Follower
-
-Span = tuple[int, int]
 
 
 def line_starts(text: str) -> list[int]:
@@ -93,4 +92,4 @@ def _elsewhere(tree: ast.Module, text: str, starts: list[int], name: str, value:
     return f"{name} = {value} reaches {where} (`{shown}`) from elsewhere, not as a literal{maybe}"
 
 
-__all__ = ["Span", "line_starts", "python_spans", "span"]
+__all__ = ["line_starts", "python_spans", "span"]

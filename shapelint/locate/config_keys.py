@@ -17,6 +17,8 @@ as context (``details.library_source``). How a size is explained, best first:
    why) and, when its line is in library code, is shown at the config's
    ``model_type`` key, the one that chose that code.
 
+The finding carries the answer as a typed ``ConfigLocation`` (``shapelint.model.locations``).
+
 Sizes of 0 or 1 and keys that never size a GEMM (token ids, layer counts, sequence
 lengths) explain nothing: a coincidence there is not a cause.
 """
@@ -31,7 +33,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shapelint.locate import pretrained as pretrained
-from shapelint.model.records import Facts, Finding, Source, Suggestion
+from shapelint.model.locations import ConfigKey, ConfigLocation, Pretrained, Source
+from shapelint.model.records import Finding, Suggestion
 
 #: config keys that name a layer size, preferred when several keys share a value
 CONFIG_SIZE_KEYS = (
@@ -135,26 +138,48 @@ def explain(value: int, parameter: str, code: str, module: str, keys: dict[str, 
     """The config keys that set ``value`` (one GPU's size when ``tp`` > 1), or None."""
     usable = {k: v for k, (v, _) in keys.items() if v >= 2 and not NOT_SIZE.search(leaf(k))}
     order = {k: i for i, k in enumerate(keys)}
-
-    def split(v: int) -> bool:
-        return tp > 1 and v != value and -(-v // tp) == value
-
-    singles = [(k, v != value) for k, v in usable.items() if v == value or split(v)]
+    ranking = _Ranking(parameter, code, module, order)
+    singles = [(k, v != value) for k, v in usable.items() if v == value or (tp > 1 and -(-v // tp) == value)]
     if singles:
-        def place(kv: tuple[str, bool]) -> tuple[object, ...]:
-            tier, index = _rank(kv[0], parameter, code)
-            scope = _scope(kv[0], module)
-            return kv[1], scope == 2, tier, scope, index, order[kv[0]]
+        return ranking.single(singles, tp)
+    return _derived(value, usable, module, order)
 
-        ranked = sorted(singles, key=place)
+
+@dataclass(frozen=True)
+class _Ranking:
+    """How keys that hold a size rank (``_rank``, ``_scope``) for one finding's layer."""
+
+    parameter: str
+    code: str
+    module: str
+    order: dict[str, int]
+
+    def tie(self, key: str, per_gpu: bool) -> tuple[object, ...]:
+        """What two keys must share to be equally good explanations."""
+        return per_gpu, _rank(key, self.parameter, self.code)[0], _scope(key, self.module)
+
+    def place(self, kv: tuple[str, bool]) -> tuple[object, ...]:
+        """Sort key: whole sizes before per-GPU ones, then not another part's, tier, scope,
+        place in the rule's list, place in the file."""
+        tier, index = _rank(kv[0], self.parameter, self.code)
+        scope = _scope(kv[0], self.module)
+        return kv[1], scope == 2, tier, scope, index, self.order[kv[0]]
+
+    def single(self, singles: Sequence[tuple[str, bool]], tp: int) -> Explanation:
+        """The best of the keys that hold the size (``per_gpu``: split over ``tp`` GPUs),
+        with the keys of one vocabulary edited together and the equally good ones named."""
+        ranked = sorted(singles, key=self.place)
         best, per_gpu = ranked[0]
-        tie = (per_gpu, _rank(best, parameter, code)[0], _scope(best, module))
-        together = tuple(k for k, p in ranked[1:] if code == "SL501" and p == per_gpu and leaf(best) in VOCAB_KEYS
-                         and leaf(k) in VOCAB_KEYS and leaf(k) != leaf(best))
-        others = tuple(k for k, p in ranked[1:] if (p, _rank(k, parameter, code)[0], _scope(k, module)) == tie
-                       and leaf(k) != leaf(best) and k not in together)
-        return Explanation((best,), f"{leaf(best)} / tp {tp}" if per_gpu else leaf(best), per_gpu, False, others,
-                           together)
+        rest = [k for k, p in ranked[1:] if p == per_gpu and leaf(k) != leaf(best)]
+        together = tuple(k for k in rest if self.code == "SL501" and leaf(best) in VOCAB_KEYS and leaf(k) in VOCAB_KEYS)
+        others = tuple(k for k in rest if self.tie(k, per_gpu) == self.tie(best, per_gpu) and k not in together)
+        formula = f"{leaf(best)} / tp {tp}" if per_gpu else leaf(best)
+        return Explanation((best,), formula, per_gpu, False, others, together)
+
+
+def _derived(value: int, usable: dict[str, int], module: str, order: dict[str, int]) -> Explanation | None:
+    """A quotient or product of a width key and a count key that gives ``value``, the
+    one of the module's own part first, then the earliest in the file."""
     counts = [k for k in usable if COUNT_KEY.search(leaf(k))]
     widths = [k for k in usable if k not in counts and WIDTH_KEY.search(leaf(k))]
     found: list[tuple[int, int, str, str, str]] = []
@@ -211,39 +236,47 @@ def locate_in_config(f: Finding, config_keys: dict[str, tuple[int, int]], config
     no key explains, when its line is in library code, at line ``anchor`` of the file."""
     s = f.suggestion
     library = f.source is None or is_library(f.source.file)
-    moved: Facts = (("library_source", f.source.to_json()),) if library and f.source else ()
+    moved_from = f.source if library else None
     exp = None
     if s is not None and isinstance(s.from_, int) and s.parameter not in NOT_CONFIG_KEYS:
         exp = explain(s.from_, s.parameter, f.code, f.module, config_keys, tp)
-    if exp is None:
-        if not library:
-            return f
-        name = Path(config_file).name
-        if s is None:
-            note = f"no size of {name} is involved"
-        elif s.parameter in RUN_NOTES:
-            note = RUN_NOTES[s.parameter].format(name=name)
-        elif not isinstance(s.from_, int) or s.parameter in NOT_CONFIG_KEYS:
-            note = f"{s.parameter} is not a key of {name}"
-        else:
-            note = f"no key of {name} has the value {s.from_} or gives it as a product or quotient"
-        return replace(f, source=Source(config_file, anchor),
-                       facts=f.facts + (("config_key", None), ("config_note", note)) + moved)
+    if exp is not None:
+        return _at_key(f, exp, config_keys, config_file, tp, moved_from)
+    if not library:
+        return f
+    location = ConfigLocation(None, note=no_key_note(s, Path(config_file).name), library_source=moved_from)
+    return replace(f, source=Source(config_file, anchor), location=location)
+
+
+def no_key_note(s: Suggestion | None, name: str) -> str:
+    """Why no key of the config ``name`` sets the size ``s`` changes."""
+    if s is None:
+        return f"no size of {name} is involved"
+    if s.parameter in RUN_NOTES:
+        return RUN_NOTES[s.parameter].format(name=name)
+    if not isinstance(s.from_, int) or s.parameter in NOT_CONFIG_KEYS:
+        return f"{s.parameter} is not a key of {name}"
+    return f"no key of {name} has the value {s.from_} or gives it as a product or quotient"
+
+
+def _at_key(f: Finding, exp: Explanation, config_keys: dict[str, tuple[int, int]], config_file: str, tp: int,
+            moved_from: Source | None) -> Finding:
+    """``f`` at the key ``exp`` explains its size by; a key that holds the size itself
+    becomes the suggestion's parameter (times ``tp`` where it holds the whole size)."""
+    def at(keys: Sequence[str]) -> tuple[ConfigKey, ...]:
+        return tuple(ConfigKey(k, config_keys[k][1], config_keys[k][0]) for k in keys)
+
     key = exp.keys[0]
     value, line = config_keys[key]
-    used = [{"key": k, "line": config_keys[k][1], "value": config_keys[k][0]} for k in exp.keys]
-    facts: Facts = (("config_key", key), ("config_keys", used), ("config_formula", exp.formula))
-    if exp.others:
-        facts += (("config_also", [{"key": k, "line": config_keys[k][1]} for k in exp.others]),)
-    if exp.together:
-        facts += (("config_together", [{"key": k, "line": config_keys[k][1], "value": config_keys[k][0]}
-                                       for k in exp.together]),)
-    suggestion = s
+    s = suggestion = f.suggestion
+    code_parameter = None
     if s is not None and not exp.derived:
         to = s.to * tp if exp.per_gpu and isinstance(s.to, int) else s.to
         suggestion = Suggestion(leaf(key), value, to)
-        facts = (("code_parameter", s.parameter),) + facts
-    return replace(f, suggestion=suggestion, source=Source(config_file, line), facts=f.facts + facts + moved)
+        code_parameter = s.parameter
+    location = ConfigLocation(key, exp.formula, at(exp.keys), at(exp.others), at(exp.together),
+                              code_parameter=code_parameter, library_source=moved_from)
+    return replace(f, suggestion=suggestion, source=Source(config_file, line), location=location)
 
 
 def locate_all(findings: Sequence[Finding], config_keys: dict[str, tuple[int, int]], config_file: str, *,
@@ -261,10 +294,10 @@ def locate_all(findings: Sequence[Finding], config_keys: dict[str, tuple[int, in
 def with_pretrained(f: Finding, why: str) -> Finding:
     """A finding of a pretrained checkpoint's config (``why`` says what marks it: weights
     beside it, ``_name_or_path``): ``pretrained`` says so, and a vocabulary finding gets
-    ``pretrained_fix``, how to pad in code (the config itself must not change)."""
-    facts: Facts = (("pretrained", why),)
+    the recipe to pad in code (the config itself must not change)."""
     s = f.suggestion
-    if (f.code == "SL501" or f.fact("vocab") is not None) and s is not None and isinstance(s.from_, int) \
+    recipe = ""
+    if (f.code == "SL501" or f.vocab is not None) and s is not None and isinstance(s.from_, int) \
             and isinstance(s.to, int) and s.to > s.from_:
-        facts += (("pretrained_fix", pretrained.recipe(s.from_, s.to)),)
-    return replace(f, facts=f.facts + facts)
+        recipe = pretrained.recipe(s.from_, s.to)
+    return replace(f, pretrained=Pretrained(why, recipe))

@@ -171,9 +171,9 @@ def slice_padded_logits(built: Built, findings: Sequence[Finding]) -> tuple[str,
     modules sliced."""
     done = []
     for f in findings:
-        vocab = f.fact("vocab")
+        vocab = f.vocab
         s = f.suggestion
-        if not f.slices or not isinstance(vocab, int) or s is None or not isinstance(s.to, int):
+        if not f.slices or vocab is None or s is None or not isinstance(s.to, int):
             continue
         head = _output_layer(built.model, f, s.to)
         if head is None:

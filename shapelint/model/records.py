@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from shapelint.model.dtypes import DTYPE_BYTES
+from shapelint.model.graphs import GraphBreaks as GraphBreaks
+from shapelint.model.locations import ConfigLocation, Pretrained
+from shapelint.model.locations import Source as Source
 from shapelint.model.verification import FindingVerification
 
 Phase = Literal["forward", "grad_input", "grad_weight", "recompute"]
@@ -76,18 +79,6 @@ class Operand:
             "batch_stride": self.batch_stride,
             "in_memory": self.in_memory,
         }
-
-
-@dataclass(frozen=True)
-class Source:
-    file: str
-    line: int
-
-    def to_json(self) -> dict[str, object]:
-        return {"file": self.file, "line": self.line}
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -230,7 +221,8 @@ class Suggestion:
         return f"{self.parameter}: {self.from_} → {self.to}"
 
 
-#: facts a rule states about what it found, for the report (JSON ``details``)
+#: facts a rule states about what it found, for the report only (JSON ``details``): no
+#: other stage reads them; what another stage needs is a typed field
 Facts = tuple[tuple[str, object], ...]
 
 
@@ -257,6 +249,10 @@ class Change:
     added: Work = Work()
     #: tensors the change pads and the step must slice back (a side cost on the step)
     slices: tuple[Slice, ...] = ()
+    #: the size changed is a vocabulary of this many tokens: the tokenizer keeps them, so
+    #: the logits are sliced back (``--verify --step``), the embedding of the same
+    #: vocabulary grows with it (``--fix``), and a pretrained model pads it in code
+    vocab: int | None = None
 
 
 @dataclass(frozen=True)
@@ -374,6 +370,18 @@ class Finding:
     step_ms: float | None = None
     #: why the step saving differs from the GEMM saving (Inductor pads it; the host is the bound)
     step_note: str = ""
+    #: the change's ``vocab`` (a vocabulary of this many tokens), for ``--fix`` and ``--verify --step``
+    vocab: int | None = None
+    #: the covered GEMMs' time as recorded, where the GPU runs them otherwise
+    #: (``Proposal.now``: ``est_ms`` is that), and each reference's time (``Proposal.references``)
+    recorded_ms: float | None = None
+    reference_ms: tuple[tuple[str, float], ...] = ()
+    #: where a config target sets the size (``shapelint.locate.config_keys``)
+    location: ConfigLocation | None = None
+    #: the config is a pretrained checkpoint's (``shapelint.locate.pretrained``)
+    pretrained: Pretrained | None = None
+    #: why ``--fix`` left the finding as it is
+    not_fixed: str | None = None
 
     @property
     def est_speedup(self) -> float | None:
@@ -396,11 +404,31 @@ class Finding:
             return None
         return self.step_ms / (self.step_ms - self.step_ms_saved)
 
-    def fact(self, key: str, default: object = None) -> object:
-        return dict(self.facts).get(key, default)
+    @property
+    def code_parameter(self) -> str | None:
+        """The layer's constructor parameter the suggestion changes in code (a finding
+        moved to a config key names the key instead)."""
+        if self.location is not None and self.location.code_parameter is not None:
+            return self.location.code_parameter
+        return self.suggestion.parameter if self.suggestion is not None else None
 
-    def to_json(self) -> dict[str, object]:
-        details: dict[str, object] = dict(self.facts)
+    def fact(self, key: str, default: object = None) -> object:
+        """What the JSON ``details`` hold under ``key`` (for the report and tests; a stage
+        reads the typed fields)."""
+        return self.details().get(key, default)
+
+    def details(self) -> dict[str, object]:
+        """The JSON ``details``: the typed facts under their public keys, and the rule's."""
+        details: dict[str, object] = {} if self.vocab is None else {"vocab": self.vocab}
+        details.update(self.facts)
+        if self.recorded_ms is not None:
+            details["recorded_ms"] = self.recorded_ms
+        details.update((f"{name}_ms", ms) for name, ms in self.reference_ms)
+        for typed in (self.location, self.pretrained):
+            if typed is not None:
+                details.update(typed.details())
+        if self.not_fixed is not None:
+            details["not_fixed"] = self.not_fixed
         details["gemm_ms_after"] = list(self.gemm_ms_after)
         if self.gain == "throughput":
             details["est_speedup_kind"] = "throughput"
@@ -408,6 +436,9 @@ class Finding:
             details["alternatives"] = [a.to_json() for a in self.alternatives]
         if self.verification is not None:
             details["verify"] = self.verification.to_json()
+        return details
+
+    def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
             "code": self.code,
             "name": self.name,
@@ -421,7 +452,7 @@ class Finding:
             "est_ms_after": _round(self.est_ms_after),
             "modules": list(self.modules) or [self.module],
             "gemms": list(self.gemms),
-            "details": details,
+            "details": self.details(),
         }
         if self.step_ms_saved is not None:
             out["step_ms_saved"] = _round(self.step_ms_saved)
@@ -437,37 +468,3 @@ class Finding:
 
 def _round(x: float | None, digits: int = 4) -> float | None:
     return None if x is None else round(x, digits)
-
-
-@dataclass(frozen=True)
-class GraphBreaks:
-    """What torch.compile makes of one training step (``shapelint.load.compile_probe``): the
-    compiled graphs it calls and the ops it runs eagerly between them."""
-
-    #: compiled graphs called per step, forward and backward
-    forward_graphs: int
-    backward_graphs: int
-    #: ATen ops (views apart) the step runs outside every compiled graph, forward and backward
-    eager_ops: int
-    #: why dynamo broke the graph (its own words, first line), the first few
-    reasons: tuple[str, ...] = ()
-    #: of ``eager_ops``, the backward's (an inference step runs none of them)
-    backward_eager_ops: int = 0
-
-    @property
-    def breaks(self) -> int:
-        return max(self.forward_graphs - 1, 0)
-
-    def extra_graphs(self, training: bool = True) -> int:
-        """Graphs a step calls beyond one forward and one backward graph (an inference
-        step: beyond one forward graph)."""
-        return max(self.forward_graphs - 1, 0) + (max(self.backward_graphs - 1, 0) if training else 0)
-
-    def step_eager_ops(self, training: bool = True) -> int:
-        """The ops a step runs eagerly between graphs (an inference step: the forward's)."""
-        return self.eager_ops if training else self.eager_ops - self.backward_eager_ops
-
-    def to_json(self) -> dict[str, object]:
-        return {"forward_graphs": self.forward_graphs, "backward_graphs": self.backward_graphs,
-                "eager_ops": self.eager_ops, "backward_eager_ops": self.backward_eager_ops,
-                "reasons": list(self.reasons)}

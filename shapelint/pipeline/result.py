@@ -13,6 +13,7 @@ from shapelint.hardware import Hardware
 from shapelint.model.records import Finding, GraphBreaks
 from shapelint.model.step_verification import StepVerification
 from shapelint.price import Policy, StepEstimate, StepModel
+from shapelint.price.gemm import GemmTime
 from shapelint.price.step import Step, StepTime
 
 
@@ -62,6 +63,9 @@ class Result:
     options: Options | None = field(default=None, repr=False)
     #: what ``--verify --step`` measured (``shapelint.measure.step``), for the reporters
     step_verification: StepVerification | None = None
+    #: each GEMM of ``capture.gemms``' estimate, in the same order (``shapelint.price.gemm``):
+    #: the reporters show these and never price a GEMM themselves
+    gemm_times: tuple[GemmTime, ...] = ()
 
 
 @dataclass(frozen=True)

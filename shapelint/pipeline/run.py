@@ -34,6 +34,7 @@ from shapelint.model.records import Finding
 from shapelint.pipeline.result import Options, Result
 from shapelint.pipeline.settings import default
 from shapelint.price import StepModel, price, step_estimate
+from shapelint.price.gemm import gemm_times
 from shapelint.price.step import Step
 
 
@@ -130,7 +131,7 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
     step = step_estimate(cap.gemms, findings, hw)
     return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file,
                   tp=tp, policy=opts.policy, step_model=model, step_time=model.before,
-                  step_time_after=model.after(findings), options=opts)
+                  step_time_after=model.after(findings), options=opts, gemm_times=gemm_times(cap.gemms, hw))
 
 
 def lint_module(model: torch.nn.Module, example_inputs: Any, opts: Options, hw: Hardware | None,

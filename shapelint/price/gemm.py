@@ -39,6 +39,9 @@ from shapelint.physics.quantization import quantization
 
 @dataclass(frozen=True)
 class GemmTime:
+    """One GEMM's estimate: its time, the compute and memory roofs it is the larger of
+    (copies aside), and the efficiencies that set the compute roof."""
+
     seconds: float
     compute_s: float
     memory_s: float
@@ -115,6 +118,11 @@ def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
         copies = g.copy_bytes / bw
     seconds = max(compute, memory, hw.min_gemm_us * 1e-6) + copies
     return GemmTime(seconds, compute, memory, align, q.tile, q.wave)
+
+
+def gemm_times(gemms: Iterable[Gemm], hw: Hardware) -> tuple[GemmTime, ...]:
+    """Each GEMM's estimate, in order: what the reporters show (they never price)."""
+    return tuple(gemm_time(g, hw) for g in gemms)
 
 
 def gemm_ms(g: Gemm, hw: Hardware) -> float:

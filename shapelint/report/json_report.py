@@ -67,42 +67,46 @@ def document(results: Sequence[Result], *, show_suppressed: bool = False,
              errors: Sequence[TargetError] = ()) -> dict[str, Any]:
     """Suppressed findings appear (with ``"suppressed": true``) only with ``show_suppressed``."""
     many = len(results) > 1
-    gemms: list[dict[str, Any]] = []
-    findings: list[dict[str, Any]] = []
-    for r in results:
-        for g in r.capture.gemms:
-            gemms.append({**g.to_json(), **({"target": r.target} if many else {})})
-        for f in r.findings:
-            if f.suppressed and not show_suppressed:
-                continue
-            findings.append({**f.to_json(), "target": r.target})
+    gemms = [{**g.to_json(), **({"target": r.target} if many else {})} for r in results for g in r.capture.gemms]
+    findings = [{**f.to_json(), "target": r.target} for r in results for f in r.findings
+                if show_suppressed or not f.suppressed]
     per = [summary(r) for r in results]
-    if len(per) == 1:
-        total = dict(per[0])
-    else:
-        est = sum(s["est_ms"] for s in per)
-        after = sum(s["est_ms_after"] for s in per)
-        total = {
-            "targets": len(per),
-            "gemm_count": sum(s["gemm_count"] for s in per),
-            "forward": sum(s["forward"] for s in per),
-            "backward": sum(s["backward"] for s in per),
-            "total_flops": sum(s["total_flops"] for s in per),
-            "est_ms": round(est, 4),
-            "est_ms_after": round(after, 4),
-            "est_speedup": round(est / after, 4) if after else 1.0,
-            "est_scope": "GEMMs only",
-            "findings": sum(s["findings"] for s in per),
-            "suppressed": sum(s["suppressed"] for s in per),
-        }
-        if per and all("step_ms" in s for s in per):
-            step, step_after = sum(s["step_ms"] for s in per), sum(s["step_ms_after"] for s in per)
-            modes = {s["mode"] for s in per}
-            total.update(step_ms=round(step, 4), step_ms_after=round(step_after, 4),
-                         step_speedup=round(step / step_after, 4) if step_after else 1.0,
-                         mode=modes.pop() if len(modes) == 1 else "mixed")
+    total = dict(per[0]) if len(per) == 1 else _total(per)
     return {"version": __version__, "gemms": gemms, "findings": findings, "summary": total, "targets": per,
             "errors": [{"target": e.target, "message": e.message} for e in errors]}
+
+
+#: the summary counts that add up over targets
+SUMMED = ("gemm_count", "forward", "backward", "total_flops")
+
+
+def _total(per: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The summary of several targets: counts and GEMM times summed, and the whole-step
+    times when every target has them."""
+    est = sum(s["est_ms"] for s in per)
+    after = sum(s["est_ms_after"] for s in per)
+    total: dict[str, Any] = {
+        "targets": len(per),
+        **{key: sum(s[key] for s in per) for key in SUMMED},
+        "est_ms": round(est, 4),
+        "est_ms_after": round(after, 4),
+        "est_speedup": round(est / after, 4) if after else 1.0,
+        "est_scope": "GEMMs only",
+        "findings": sum(s["findings"] for s in per),
+        "suppressed": sum(s["suppressed"] for s in per),
+    }
+    if per and all("step_ms" in s for s in per):
+        total.update(_step_total(per))
+    return total
+
+
+def _step_total(per: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The whole steps of several targets: their times summed, and their mode (or ``mixed``)."""
+    step, step_after = sum(s["step_ms"] for s in per), sum(s["step_ms_after"] for s in per)
+    modes = {s["mode"] for s in per}
+    return {"step_ms": round(step, 4), "step_ms_after": round(step_after, 4),
+            "step_speedup": round(step / step_after, 4) if step_after else 1.0,
+            "mode": modes.pop() if len(modes) == 1 else "mixed"}
 
 
 def render(results: Sequence[Result], *, show_suppressed: bool = False, errors: Sequence[TargetError] = ()) -> str:

@@ -39,9 +39,7 @@ def require_matplotlib() -> Any:
 
 def points(r: Result) -> list[dict[str, Any]]:
     """One entry per GEMM: intensity, FLOP/s before and (if a finding covers it) after, share."""
-    from shapelint.price.gemm import gemm_time
-
-    before = {g.index: gemm_time(g, r.hardware).seconds for g in r.capture.gemms}
+    before = {g.index: est.seconds for g, est in zip(r.capture.gemms, r.gemm_times)}
     after: dict[int, float] = {}
     for f in r.findings:
         if f.suppressed:
@@ -97,14 +95,7 @@ def _roofline(ax: Any, r: Result) -> None:
     sizes = [20 + 600 * p["share"] for p in pts]
     ax.scatter([p["intensity"] for p in pts], [p["flops_s"] / tf for p in pts], s=sizes,
                color="tab:red", alpha=0.55, edgecolors="black", linewidths=0.5, label="GEMM (est.)")
-    moved = [p for p in pts if p["flops_s_after"] is not None]
-    if moved:
-        ax.scatter([p["intensity"] for p in moved], [p["flops_s_after"] / tf for p in moved],
-                   s=[20 + 600 * p["share"] for p in moved], color="tab:green", alpha=0.55,
-                   edgecolors="black", linewidths=0.5, label="after the suggestions")
-        for p in moved:
-            ax.annotate("", xy=(p["intensity"], p["flops_s_after"] / tf), xytext=(p["intensity"], p["flops_s"] / tf),
-                        arrowprops={"arrowstyle": "->", "color": "tab:green", "lw": 0.8})
+    _after(ax, [p for p in pts if p["flops_s_after"] is not None], tf)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
@@ -113,3 +104,15 @@ def _roofline(ax: Any, r: Result) -> None:
     ax.set_title(f"{r.target}: {len(pts)} GEMMs, {hw.name}, {mode}", fontsize=10)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     ax.legend(loc="lower right", fontsize=8)
+
+
+def _after(ax: Any, moved: Sequence[dict[str, Any]], tf: float) -> None:
+    """The GEMMs a finding covers, after its change, each joined to where it was by an arrow."""
+    if not moved:
+        return
+    ax.scatter([p["intensity"] for p in moved], [p["flops_s_after"] / tf for p in moved],
+               s=[20 + 600 * p["share"] for p in moved], color="tab:green", alpha=0.55,
+               edgecolors="black", linewidths=0.5, label="after the suggestions")
+    for p in moved:
+        ax.annotate("", xy=(p["intensity"], p["flops_s_after"] / tf), xytext=(p["intensity"], p["flops_s"] / tf),
+                    arrowprops={"arrowstyle": "->", "color": "tab:green", "lw": 0.8})

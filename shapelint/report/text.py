@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from shapelint.model.locations import ConfigLocation
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Result
-from shapelint.price.gemm import gemm_time
 from shapelint.report.verification import finding_line
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -74,56 +74,45 @@ def gemm_line(r: Result) -> str:
 def config_context(f: Finding) -> list[str]:
     """For a finding located in a config (``shapelint.locate.config_keys``): the keys that give
     the size when it is derived, or why no key does, and the library line of the layer."""
+    loc = f.location
+    out = _key_lines(loc) if loc is not None else []
+    if f.pretrained is not None:
+        out.append(f"pretrained checkpoint ({f.pretrained.why}): do not edit its config, "
+                   + (f.pretrained.recipe or "its sizes are the ones its weights were trained at"))
+    lib = loc.library_source if loc is not None else None
+    if lib is not None:
+        param = loc.code_parameter if loc is not None else None
+        file = re.split(r"[/\\](?:site|dist)-packages[/\\]", lib.file)[-1]
+        out.append(f"library line: {file}:{lib.line}" + (f" ({param})" if param and param != "size" else ""))
+    return out
+
+
+def _key_lines(loc: ConfigLocation) -> list[str]:
+    """The keys a derived size is computed from, the keys edited with it, the keys of the
+    same value, or why no key gives it."""
     out = []
-    keys = f.fact("config_keys")
-    formula = f.fact("config_formula")
-    if isinstance(keys, list) and formula and (len(keys) > 1 or " / tp" in str(formula)):
-        values = ", ".join(f"{k['key']} = {k['value']} (line {k['line']})" for k in keys)
-        out.append(f"set by {formula}: {values}")
-    together = f.fact("config_together")
-    if isinstance(together, list) and together:
-        out.append("with " + ", ".join(f"{k['key']} (line {k['line']})" for k in together)
+    if loc.key is not None and loc.formula and (len(loc.keys) > 1 or " / tp" in loc.formula):
+        values = ", ".join(f"{k.key} = {k.value} (line {k.line})" for k in loc.keys)
+        out.append(f"set by {loc.formula}: {values}")
+    if loc.together:
+        out.append("with " + ", ".join(f"{k.key} (line {k.line})" for k in loc.together)
                    + ": the same vocabulary, changed with it")
-    also = f.fact("config_also")
-    if isinstance(also, list) and also:
-        out.append("as are (same value): " + ", ".join(f"{k['key']} (line {k['line']})" for k in also))
-    note = f.fact("config_note")
-    if note:
-        out.append(f"no config key: {note}")
-    pretrained = f.fact("pretrained")
-    if pretrained:
-        how = f.fact("pretrained_fix")
-        out.append(f"pretrained checkpoint ({pretrained}): do not edit its config, "
-                   + (str(how) if how else "its sizes are the ones its weights were trained at"))
-    lib = f.fact("library_source")
-    if isinstance(lib, dict):
-        param = f.fact("code_parameter")
-        file = re.split(r"[/\\](?:site|dist)-packages[/\\]", str(lib["file"]))[-1]
-        out.append(f"library line: {file}:{lib['line']}" + (f" ({param})" if param and param != "size" else ""))
+    if loc.also:
+        out.append("as are (same value): " + ", ".join(f"{k.key} (line {k.line})" for k in loc.also))
+    if loc.note:
+        out.append(f"no config key: {loc.note}")
     return out
 
 
 def _finding(console: Console, f: Finding) -> None:
-    where = f" {f.source}" if f.source else ""
-    sev = Text(f"{f.severity:7}", style=SEVERITY_STYLE.get(f.severity, ""))
-    head = Text.assemble("  ", (f.code, "bold"), " ", sev, " ", (f.name, "dim"), where)
-    if f.suppressed:
-        head.append("  (suppressed)", style="dim")
-    console.print(head)
+    console.print(_head(f))
     console.print(f"      {f.message}", highlight=False)
     if f.suggestion:
         console.print(Text.assemble("      fix: ", (str(f.suggestion), "green")), highlight=False)
     for line in config_context(f):
         console.print(f"      {line}", style="dim", highlight=False)
     if f.est_speedup is not None:
-        extra = ""
-        if f.measured_speedup is not None:
-            extra = f", measured {f.measured_speedup:.2f}×"
-        if f.gain == "throughput":
-            what = "work per second on these GEMMs"
-        else:
-            what = f"on these GEMMs ({f.est_ms:.3f} ms → {f.est_ms_after:.3f} ms per step)"
-        console.print(f"      est. {f.est_speedup:.2f}× {what}{extra}", highlight=False)
+        console.print(f"      {_speedup_line(f, f.est_speedup)}", highlight=False)
     if f.step_ms_saved is not None and f.step_share is not None:
         console.print(f"      saves {f.step_ms_saved:.2f} ms per training step ({100 * f.step_share:.1f}% of it, "
                       f"est. {f.step_speedup or 1.0:.3f}× per step)", highlight=False)
@@ -139,15 +128,35 @@ def _finding(console: Console, f: Finding) -> None:
         console.print(f"      in {len(f.modules)} modules: {f.module}", style="dim", highlight=False)
 
 
+def _head(f: Finding) -> Text:
+    """``SL101 error   misaligned-leading-dim model.py:12``."""
+    where = f" {f.source}" if f.source else ""
+    sev = Text(f"{f.severity:7}", style=SEVERITY_STYLE.get(f.severity, ""))
+    head = Text.assemble("  ", (f.code, "bold"), " ", sev, " ", (f.name, "dim"), where)
+    if f.suppressed:
+        head.append("  (suppressed)", style="dim")
+    return head
+
+
+def _speedup_line(f: Finding, speedup: float) -> str:
+    """``est. 1.30× on these GEMMs (…)``, with the speedup ``--verify`` measured."""
+    measured = f", measured {f.measured_speedup:.2f}×" if f.measured_speedup is not None else ""
+    if f.gain == "throughput":
+        what = "work per second on these GEMMs"
+    else:
+        what = f"on these GEMMs ({f.est_ms:.3f} ms → {f.est_ms_after:.3f} ms per step)"
+    return f"est. {speedup:.2f}× {what}{measured}"
+
+
 def gemm_table(r: Result) -> Table:
     total = sum(g.flops for g in r.capture.gemms) or 1
     t = Table(title=f"GEMMs of {r.target}", show_lines=False)
     for col in ("#", "module", "op", "phase", "m×n×k", "batch", "dtype", "FLOPs %", "est µs"):
         t.add_column(col, justify="right" if col in ("#", "batch", "FLOPs %", "est µs") else "left")
-    for g in r.capture.gemms:
+    for g, est in zip(r.capture.gemms, r.gemm_times):
         t.add_row(
             str(g.index), g.module, g.op, g.phase, f"{g.m}×{g.n}×{g.k}", str(g.batch), g.dtype,
-            f"{100 * g.flops / total:.1f}", f"{gemm_time(g, r.hardware).seconds * 1e6:.1f}",
+            f"{100 * g.flops / total:.1f}", f"{est.seconds * 1e6:.1f}",
         )
     return t
 
@@ -160,27 +169,36 @@ def render(results: Sequence[Result], out: IO[str], *, verbose: bool = False, co
         _header(console, r)
         if verbose:
             console.print(gemm_table(r))
-        shown = [f for f in r.findings if show_suppressed or not f.suppressed]
-        by_module: dict[str, list[Finding]] = {}
-        for f in shown:
-            by_module.setdefault(f.module, []).append(f)
-        for module, fs in by_module.items():
-            console.print(Text.assemble("  module ", (module, "bold cyan")))
-            for f in fs:
-                _finding(console, f)
-        n = sum(1 for f in r.findings if not f.suppressed)
-        verdict = f"{n} finding{'s' if n != 1 else ''}" if n else "no findings"
-        console.print(f"  {verdict}; {step_line(r)}", highlight=False)
-        graphs = graphs_line(r)
-        if graphs:
-            console.print(f"  {graphs}", style="dim", highlight=False)
-        console.print(f"  {gemm_line(r)}", style="dim", highlight=False)
-        if r.step_verification is not None:
-            from shapelint.report.verification import report_lines
-
-            for line in report_lines(r.step_verification):
-                console.print(f"  {line}", highlight=False)
+        _findings(console, [f for f in r.findings if show_suppressed or not f.suppressed])
+        _footer(console, r)
         console.print()
+
+
+def _findings(console: Console, shown: Sequence[Finding]) -> None:
+    """The findings, under the module each is in, modules in order of their first finding."""
+    by_module: dict[str, list[Finding]] = {}
+    for f in shown:
+        by_module.setdefault(f.module, []).append(f)
+    for module, fs in by_module.items():
+        console.print(Text.assemble("  module ", (module, "bold cyan")))
+        for f in fs:
+            _finding(console, f)
+
+
+def _footer(console: Console, r: Result) -> None:
+    """The count of findings and the step's estimate (and what ``--verify --step`` measured)."""
+    n = sum(1 for f in r.findings if not f.suppressed)
+    verdict = f"{n} finding{'s' if n != 1 else ''}" if n else "no findings"
+    console.print(f"  {verdict}; {step_line(r)}", highlight=False)
+    graphs = graphs_line(r)
+    if graphs:
+        console.print(f"  {graphs}", style="dim", highlight=False)
+    console.print(f"  {gemm_line(r)}", style="dim", highlight=False)
+    if r.step_verification is not None:
+        from shapelint.report.verification import report_lines
+
+        for line in report_lines(r.step_verification):
+            console.print(f"  {line}", highlight=False)
 
 
 def statistics(results: Sequence[Result], out: IO[str], *, show_suppressed: bool = False) -> None:

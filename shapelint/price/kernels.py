@@ -1,0 +1,142 @@
+"""The price of one kernel of the step that is not a plain GEMM: a memory-bound op, the
+optimizer's launches, and an attention op (``shapelint.price.step`` adds them up).
+
+A memory-bound kernel moves its bytes at a fraction of the datasheet bandwidth that
+depends on its class (the profile's ``step`` table), and never takes less than the
+shortest kernel (``min_kernel_us``). The optimizer runs ``multi_tensor_apply``
+launches. An attention op is its GEMMs on the kernel PyTorch picks
+(``shapelint.physics.attention``), plus dropout and flash's copies of a padded head
+dimension; PyTorch's math kernel is unfused fp32 GEMMs and softmax passes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Literal
+
+from shapelint.hardware import Hardware
+from shapelint.model.records import Gemm, Op
+from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, head_dim, math_kernel
+from shapelint.price.gemm import CAUSAL_WORK, gemm_ms, work_ms
+
+#: how the step runs: eagerly, or as torch.compile (Inductor, default mode) runs it
+Mode = Literal["eager", "compile"]
+MODES: tuple[Mode, ...] = ("eager", "compile")
+
+#: passes over each parameter's bytes an optimizer step makes (reads + writes):
+#: AdamW reads param, grad, exp_avg, exp_avg_sq and writes param, exp_avg, exp_avg_sq
+OPTIMIZER_PASSES: dict[str, int] = {"adamw": 7, "adam": 7, "sgd": 3, "none": 0}
+#: multi_tensor_apply (aten/src/ATen/native/cuda/MultiTensorApply.cuh): tensors per
+#: launch at depth 4, elements per chunk, chunks (blocks) per launch
+MULTI_TENSOR_TENSORS = 36
+MULTI_TENSOR_CHUNK = 65536
+MULTI_TENSOR_BLOCKS = 320
+
+
+def memory_kernel_ms(nbytes: float, efficiency: float, hw: Hardware) -> float:
+    """One memory-bound kernel moving ``nbytes`` at ``efficiency`` of the datasheet bandwidth."""
+    seconds = nbytes / (hw.memory_bandwidth_gbps * 1e9 * efficiency)
+    return 1e3 * max(seconds, hw.step.min_kernel_us * 1e-6)
+
+
+def op_ms(op: Op, hw: Hardware) -> float:
+    """An eager memory-bound op (not a GEMM or attention)."""
+    s = hw.step
+    if op.kind == "reduction":
+        eff = s.reduction_efficiency
+    elif op.kind in ("copy", "pointwise") and op.strided:
+        eff = s.strided_copy_efficiency
+    else:
+        eff = s.elementwise_efficiency
+    return memory_kernel_ms(op.bytes, eff, hw)
+
+
+def optimizer_ms(params: Sequence[tuple[int, int]], optimizer: str, hw: Hardware) -> tuple[float, int]:
+    """(time, launches) of the optimizer step over ``params``."""
+    passes = OPTIMIZER_PASSES[optimizer]
+    if not passes or not params:
+        return 0.0, 0
+    nbytes = passes * sum(n * b for n, b in params)
+    chunks = sum(math.ceil(n / MULTI_TENSOR_CHUNK) for n, _ in params)
+    launches = max(math.ceil(len(params) / MULTI_TENSOR_TENSORS), math.ceil(chunks / MULTI_TENSOR_BLOCKS))
+    seconds = nbytes / (hw.memory_bandwidth_gbps * 1e9 * hw.step.optimizer_efficiency)
+    return 1e3 * seconds, launches
+
+
+# -- attention ----------------------------------------------------------------------------
+
+
+def attention_ms(call: Sequence[Gemm], hw: Hardware, mode: Mode,
+                 times: Mapping[int, float] | None = None) -> tuple[float, int]:
+    """(time, kernels) of one attention op of the step: ``call`` is the GEMMs of one
+    kernel (the forward's, or the backward's), plus, on flash with a head dimension it
+    pads, the copies in and out of the padded layout. ``times`` overrides GEMMs' times
+    (a finding's after-times, as a fused kernel runs them eager: under compile they are
+    taken to run fused with the mask, where transformers gives one)."""
+    times = times or {}
+    extra = dict(call[0].extra)
+    masked = mode == "compile" and "compiled" in extra
+    kernel = extra.get("compiled") if masked else extra.get("kernel")
+    changed = any(g.index in times for g in call)
+    if kernel == "math" and not changed:
+        work = math_kernel(call, backward_dtype=call[0].dtype if mode == "compile" else None)
+        return work_ms(work, hw), len(work.gemms) + 1
+    ms = _fused_kernel_ms(call, hw, masked, times)
+    # a finding on these GEMMs fixes the head dimension: no copies after it
+    pad_ms = flash_pad_ms(_scores(call), hw) if kernel == "flash" and not changed else None
+    if pad_ms is not None:
+        return ms + pad_ms, 1 + FLASH_PAD_COPIES
+    return ms, 1
+
+
+def _scores(call: Sequence[Gemm]) -> Gemm:
+    """The GEMM of a fused attention call that computes the scores (QKᵀ)."""
+    return next((g for g in call if g.role == "attn_scores"), call[0])
+
+
+def _fused_kernel_ms(call: Sequence[Gemm], hw: Hardware, masked: bool, times: Mapping[int, float]) -> float:
+    """A fused attention kernel: its GEMMs, and its dropout where it applies one."""
+    extra = dict(call[0].extra)
+    causal = bool(extra.get("is_causal"))
+    ms = sum(_attention_gemm_ms(g, hw, masked, causal, times) for g in call)
+    if extra.get("dropout"):
+        ms += dropout_ms(_scores(call), causal and not masked, hw)
+    return ms
+
+
+def _attention_gemm_ms(g: Gemm, hw: Hardware, masked: bool, causal: bool, times: Mapping[int, float]) -> float:
+    """One GEMM of a fused attention kernel (``causal``: the call skips the tiles above
+    the diagonal eagerly): its after-time where a finding gives one (an eager time, so
+    under a mask every tile at the masked rate), else its own time (under a mask: every
+    tile, no causal skipping, at the masked rate)."""
+    if g.index in times:
+        if not masked:
+            return times[g.index]
+        return times[g.index] / ((CAUSAL_WORK if causal else 1.0) * hw.step.masked_attention_efficiency)
+    if masked:
+        full = replace(g, extra=tuple((k, False if k == "is_causal" else v) for k, v in g.extra))
+        return gemm_ms(full, hw) / hw.step.masked_attention_efficiency
+    return gemm_ms(g, hw)
+
+
+def dropout_ms(scores: Gemm, causal: bool, hw: Hardware) -> float:
+    """Dropout inside a fused kernel: ``attention_dropout_ps`` per score element it computes."""
+    elements = scores.batch * scores.m * scores.n * (CAUSAL_WORK if causal else 1.0)
+    return elements * hw.step.attention_dropout_ps * 1e-9
+
+
+def flash_pad_ms(scores: Gemm, hw: Hardware) -> float | None:
+    """Flash's copies into and out of a head dimension padded to ``FLASH_PAD_TO``; None
+    when the head dimension needs no padding."""
+    d = head_dim(scores)
+    if not d % FLASH_PAD_TO:
+        return None
+    padded = d + -d % FLASH_PAD_TO
+    nbytes = scores.batch * scores.m * (d + padded) * scores.dtype_bytes
+    return FLASH_PAD_COPIES * memory_kernel_ms(nbytes, hw.step.strided_copy_efficiency, hw)
+
+
+__all__ = ["MODES", "OPTIMIZER_PASSES", "Mode", "attention_ms", "dropout_ms", "flash_pad_ms", "memory_kernel_ms",
+           "op_ms", "optimizer_ms"]

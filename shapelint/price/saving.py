@@ -1,0 +1,107 @@
+"""What a finding saves: on the whole training step (``StepModel``, the policy's
+measure where the pipeline has a step model), and on the step's GEMMs alone
+(``step_estimate``). A GEMM two findings cover counts once, at the better after-time
+(``best_after``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from shapelint.hardware import Hardware
+from shapelint.model.records import Finding, Gemm
+from shapelint.price.gemm import gemm_ms
+from shapelint.price.inductor import inductor_laid_out, pad_mm_padded
+from shapelint.price.step import Mode, Step, StepTime, side_ms, step_time
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """GEMM time of one step (forward + backward), before and after every suggestion."""
+
+    ms: float
+    ms_after: float
+
+    @property
+    def speedup(self) -> float:
+        return self.ms / self.ms_after if self.ms_after else 1.0
+
+
+def inductor_note(padded: int, laid_out: int, total: int) -> str:
+    """What Inductor does itself to ``total`` GEMMs of a finding: pads ``padded`` of them
+    (pad_mm) and writes a transposed operand of ``laid_out`` in an aligned layout
+    (`inductor_laid_out`)."""
+    def some(n: int) -> str:
+        return ("these GEMMs" if total > 1 else "this GEMM") if n == total else f"{n} of these {total} GEMMs"
+    parts = [f"Inductor's pad_mm pads {some(padded)} itself"] if padded else []
+    if laid_out:
+        which = ("the other" if laid_out == 1 else f"the other {laid_out}") if padded and padded + laid_out == total \
+            else some(laid_out)
+        parts.append(f"Inductor writes the transposed operand of {which} in an aligned layout")
+    return ", and ".join(parts)
+
+
+class StepModel:
+    """The training step a finding is priced on (``shapelint.price.step``)."""
+
+    def __init__(self, step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw") -> None:
+        self.step, self.hw, self.mode, self.optimizer = step, hw, mode, optimizer
+        self.before = step_time(step, hw, mode, optimizer)
+
+    def after(self, findings: Iterable[Finding]) -> StepTime:
+        """The step with every given (unsuppressed) finding applied; a GEMM two findings
+        cover counts once, at the better after-time."""
+        applied = [f for f in findings if f.gain != "throughput"]
+        slices = dict.fromkeys(s for f in applied if not f.suppressed for s in f.slices)
+        extra = side_ms(slices, self.hw, self.mode, self.step.training)
+        return step_time(self.step, self.hw, self.mode, self.optimizer, best_after(applied), extra)
+
+    def priced(self, f: Finding) -> tuple[Finding, float]:
+        """``f`` with its step saving, and the GPU time it saves (the policy's measure)."""
+        if f.gain == "throughput":
+            return replace(f, step_ms=self.before.ms, step_ms_saved=None), f.saved_ms
+        after = self.after([f])
+        gpu_saved = self.before.gpu_ms - after.gpu_ms
+        note = self._compile_note(f.gemms) if self.mode == "compile" else ""
+        if not note and after.bound == "host" and gpu_saved > 0:
+            note = (f"the step is bound by the host issuing its {self.before.kernels} kernels "
+                    f"({self.before.host_ms:.1f} ms of host time; hosts differ up to 2x, `shapelint calibrate` "
+                    f"measures yours); this saves {gpu_saved:.2f} ms of GPU time, which shows "
+                    "once the step is GPU-bound (torch.compile, CUDA graphs, a larger batch)")
+        return replace(f, step_ms=self.before.ms, step_ms_saved=self.before.ms - after.ms, step_note=note), gpu_saved
+
+    def _compile_note(self, gemms: Sequence[int]) -> str:
+        """Why a compiled step saves less, or otherwise, than the GEMMs: Inductor already
+        pads or lays out some of them, or the attention runs the math kernel."""
+        padded = {i for i in gemms if pad_mm_padded(self.step.gemms[i], self.hw)}
+        laid_out = sum(1 for i in gemms if i not in padded and inductor_laid_out(
+            self.step.gemms[i], self.step.made_in_graph.get(i, ()), self.hw))
+        if padded or laid_out:
+            return f"under torch.compile, {inductor_note(len(padded), laid_out, len(gemms))}; this is what remains"
+        if any(dict(self.step.gemms[i].extra).get("compiled") == "math" for i in gemms):
+            return ("under torch.compile, transformers passes this attention a mask and PyTorch runs its math "
+                    "kernel (fp32 scores in memory); after the change a fused kernel takes the mask")
+        return ""
+
+
+def step_estimate(gemms: Sequence[Gemm], findings: Sequence[Finding], hw: Hardware) -> StepEstimate:
+    """Each GEMM counts once, at the best time any unsuppressed finding covering it promises."""
+    before = {g.index: gemm_ms(g, hw) for g in gemms}
+    after = best_after(findings)
+    best = {i: min(ms, after.get(i, ms)) for i, ms in before.items()}
+    return StepEstimate(sum(before.values()), sum(best.values()))
+
+
+def best_after(findings: Iterable[Finding]) -> dict[int, float]:
+    """Each covered GEMM's best after-time over the unsuppressed findings (a GEMM two
+    findings cover counts once)."""
+    times: dict[int, float] = {}
+    for f in findings:
+        if f.suppressed:
+            continue
+        for i, ms in zip(f.gemms, f.gemm_ms_after):
+            times[i] = min(times.get(i, ms), ms)
+    return times
+
+
+__all__ = ["StepEstimate", "StepModel", "best_after", "inductor_note", "step_estimate"]
