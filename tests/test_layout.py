@@ -134,3 +134,21 @@ def test_rules_are_one_small_module_each_and_import_no_rule_or_pricer() -> None:
         assert len(path.read_text().splitlines()) < RULE_MAX_LINES, name
         deps = set(imports(path, name))
         assert not any(d.startswith(("shapelint.rules", "shapelint.price")) for d in deps), (name, deps)
+def test_no_module_over_500_lines() -> None:
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_no_function_above_complexity_15() -> None:
+    """radon's cyclomatic complexity (every branch, boolean operator and comprehension
+    counts) of every function, method and closure."""
+    from radon.complexity import cc_visit
+
+    def blocks(items: list) -> Iterator:  # type: ignore[type-arg]
+        for item in items:
+            yield item
+            yield from blocks(getattr(item, "methods", []) + getattr(item, "closures", []))
+
+    complex_ = [f"{name}.{b.name}: {b.complexity}" for name, path in MODULES.items()
+                for b in blocks(cc_visit(path.read_text())) if b.complexity > MAX_COMPLEXITY]
+    assert complex_ == []
