@@ -556,3 +556,23 @@ def test_a_closed_stderr_keeps_the_report_and_the_exit_code(here: Path) -> None:
         out, _ = proc.communicate()
         assert proc.returncode == 0, extra
         assert json.loads(out)["findings"] == []
+
+
+@pytest.mark.parametrize("cached", [False, True])
+@pytest.mark.parametrize("through", ["name", "link"])
+def test_a_module_the_model_imports_is_never_an_output(here: Path, capsys: pytest.CaptureFixture[str], cached: bool,
+                                                      through: str) -> None:
+    """``-o helper.py`` replaced a module the model imports with the report (exit 1)."""
+    (here / "helper.py").write_text("W = 1023\n")
+    (here / "model.py").write_text("import torch\nfrom torch import nn\nfrom helper import W\n\n\n"
+                                   "def shapelint_model():\n    return nn.Sequential(nn.Linear(W, 1024)), "
+                                   "torch.randn(4096, W)\n")
+    if cached:
+        assert run(["model.py", "--no-config", "-o", "r.txt"], capsys)[0] == 1
+    out = "helper.py"
+    if through == "link":
+        os.symlink("helper.py", here / "h.txt")
+        out = "h.txt"
+    rc, _, err = run(["model.py", "--no-config", "-o", out], capsys)
+    assert rc == 2 and "helper.py, which shapelint reads; refusing to overwrite it" in err, err
+    assert (here / "helper.py").read_text() == "W = 1023\n"

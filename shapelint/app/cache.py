@@ -47,7 +47,7 @@ import re
 import stat
 import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -236,9 +236,10 @@ class Store:
         from shapelint.pipeline.result import result_from_data
 
         try:
-            return result_from_data(doc["result"])
+            result = result_from_data(doc["result"])
         except serial.DecodeError:
             return None
+        return replace(result, inputs=tuple((f, sha) for f, sha in doc["deps"].items() if sha is not None))
 
     def save(self, target: Path, options: str, result: Result, deps: dict[str, str | None]) -> None:
         """Store ``result`` with its dependencies' digests (taken before the lint read them)."""

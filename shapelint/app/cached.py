@@ -18,7 +18,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,14 +129,14 @@ class Session:
         return [results[i] for i in range(len(jobs))]
 
     def lint(self, path: Path, opts: Options, hw: Hardware | None, rules: Sequence[Rule]) -> Result:
-        """Lint ``path``, recording what it depended on in a new cache entry."""
+        """Lint ``path``; the result carries the user's files it read (with the digests of
+        the bytes read), and with a cache they are stored as a new entry's dependencies."""
         from shapelint.pipeline.run import lint_target
 
-        if self.store is None:
-            return lint_target(path, opts, hw, rules)
-        key = self._options(path)
+        root = Path(self.parts["root"])
         target_file = str((path / "config.json") if path.is_dir() else path)
-        known = {target_file, *(self.store.dependencies(path) or ()), *deps.project_modules(Path(self.parts["root"]))}
+        recorded = self.store.dependencies(path) if self.store is not None else None
+        known = {target_file, *(recorded or ()), *deps.project_modules(root)}
         before = {os.path.abspath(f): file_digest(f) for f in known}
         with deps.recording() as reads:
             result = lint_target(path, opts, hw, rules)
@@ -145,14 +145,22 @@ class Session:
             files.update(s.file for s in (g.source, g.defined_at) if s is not None)
         if result.config_file:
             files.add(result.config_file)
-        files.update(deps.project_modules(Path(self.parts["root"])))
+        files.update(deps.project_modules(root))
         read_at = {**{f: sha for f, sha in reads.opened.items() if sha is not None}, **before}
-        now = unchanged(read_at, deps.user_files(files, exclude=[self.store.folder]))
-        if now is not None:  # else a file changed while it was linted: store nothing
+        users = deps.user_files(files, exclude=[self.store.folder] if self.store is not None else [])
+        now = unchanged(read_at, users)
+        result = replace(result, inputs=tuple((f, sha) for f in users if (sha := read_at.get(f) or file_digest(f))))
+        if self.store is not None and now is not None:  # else a file changed while it was linted: store nothing
             # and the module files an import would now find first must still not exist
-            absent = reads.absent([Path(self.parts["root"]), path if path.is_dir() else path.parent])
-            self.store.save(path, key, result, {**now, **dict.fromkeys(absent)})
+            absent = reads.absent([root, path if path.is_dir() else path.parent])
+            self.store.save(path, self._options(path), result, {**now, **dict.fromkeys(absent)})
         return result
+
+    def replayed_inputs(self) -> list[str]:
+        """The files the replayed run's targets read (their records' dependencies)."""
+        if self.store is None:
+            return []
+        return sorted({f for p in self.paths for f in self.store.dependencies(p) or ()})
 
     @contextlib.contextmanager
     def recording(self, output: str | None) -> Iterator[None]:

@@ -106,6 +106,7 @@ def run(request: Request) -> Outcome:
         return NothingToLint()
     check_outputs(request, session.paths)  # a replay writes where a fresh run would, or nowhere
     if session.replay is not None:
+        check_outputs_over(request, session.replayed_inputs())
         return Replayed(session.replay, request.output)
     return lint(request, session)
 
@@ -126,6 +127,7 @@ def lint(request: Request, session: Session) -> Linted:
     suppression = plan.suppression()
     outcome = Linted(request, session, rules.selected)
     outcome.results, outcome.errors = lint_all(jobs, rules, suppression, session, request)
+    check_outputs_over(request, [file for r in outcome.results for file, _ in r.inputs])
     if request.fix or request.diff:
         outcome.fixing = fix(outcome.results, jobs, plan, suppression, request)
         outcome.results = outcome.fixing.results
@@ -212,6 +214,15 @@ def check_outputs(request: Request, paths: list[Path]) -> None:
     for flag, path in given:
         outputs.check_output_path(path, protected, flag, inside)
     outputs.check_distinct(given)
+
+
+def check_outputs_over(request: Request, inputs: list[str]) -> None:
+    """No ``--output`` or ``--plot`` may replace a file the lint read (a module the model
+    imported, a YAML builder's package): known once the targets are linted, or from a
+    replayed run's records."""
+    for flag, path in (("--output", request.output), ("--plot", request.plot)):
+        if path is not None:
+            outputs.check_output_path(path, [Path(f) for f in inputs], flag)
 
 
 def target_failed(path: Path, exc: Exception) -> TargetError:

@@ -66,6 +66,10 @@ class Result:
     #: each GEMM of ``capture.gemms``' estimate, in the same order (``shapelint.price.gemm``):
     #: the reporters show these and never price a GEMM themselves
     gemm_times: tuple[GemmTime, ...] = ()
+    #: the user's files the lint read, each with the SHA-256 of the bytes it read (the
+    #: application fills it in: no output may replace one, and ``--fix`` edits a file only
+    #: while it still holds those bytes)
+    inputs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
