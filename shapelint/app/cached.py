@@ -136,18 +136,12 @@ class Session:
         root = Path(self.parts["root"])
         target_file = str((path / "config.json") if path.is_dir() else path)
         recorded = self.store.dependencies(path) if self.store is not None else None
-        known = {target_file, *(recorded or ()), *deps.project_modules(root)}
-        before = {os.path.abspath(f): file_digest(f) for f in known}
+        before = {os.path.abspath(f): file_digest(f) for f in {target_file, *(recorded or ()), *deps.project_modules(root)}}
         with deps.recording() as reads:
             result = lint_target(path, opts, hw, rules)
-        files = set(reads.opened) | {target_file}
-        for g in result.capture.gemms:
-            files.update(s.file for s in (g.source, g.defined_at) if s is not None)
-        if result.config_file:
-            files.add(result.config_file)
-        files.update(deps.project_modules(root))
         read_at = {**{f: sha for f, sha in reads.opened.items() if sha is not None}, **before}
-        users = deps.user_files(files, exclude=[self.store.folder] if self.store is not None else [])
+        users = deps.user_files(_files_read(result, reads, target_file, root),
+                                exclude=[self.store.folder] if self.store is not None else [])
         now = unchanged(read_at, users)
         result = replace(result, inputs=tuple((f, sha) for f in users if (sha := read_at.get(f) or file_digest(f))))
         if self.store is not None and now is not None:  # else a file changed while it was linted: store nothing
@@ -189,6 +183,17 @@ class Session:
                 self._recorded.rc, self._recorded.findings, self._recorded.exit_zero = rc, findings, exit_zero
                 self.store.save_run(run_key(self.run, [str(e) for e in entries]), self._recorded)
         return rc
+
+
+def _files_read(result: Result, reads: deps.Recording, target_file: str, root: Path) -> set[str]:
+    """Every file a lint depended on: what it opened, the target, the files its GEMM
+    records and config point at, and the project's modules still imported."""
+    files = set(reads.opened) | {target_file, *deps.project_modules(root)}
+    for g in result.capture.gemms:
+        files.update(s.file for s in (g.source, g.defined_at) if s is not None)
+    if result.config_file:
+        files.add(result.config_file)
+    return files
 
 
 def _portable(exc: Exception) -> ShapelintError:
