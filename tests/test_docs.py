@@ -71,3 +71,14 @@ def test_readme_starts_with_the_set_up_commands() -> None:
         "shapelint examples/nanogpt.py",
         "python -m pytest -q",
     ]
+
+
+def test_the_source_paths_the_docs_name_exist() -> None:
+    """Every ``shapelint/...`` file or folder a page, the README or CONTRIBUTING.md names
+    exists (the package was reorganised once: a stale path is a wrong map)."""
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *DOCS.glob("*.md")]
+    # a path in the repository (not the cache key's ~/.cache/shapelint/...)
+    named = {m for page in pages for m in re.findall(r"(?<![/\w.-])shapelint/[\w/]+(?:\.py)?", page.read_text())}
+    assert named, "no page names a source path"
+    missing = sorted(p for p in named if not (ROOT / p).exists() and not (ROOT / p).with_suffix("").exists())
+    assert missing == []

@@ -126,3 +126,26 @@ def test_bad_gpu_profile_through_the_cli(edit: dict[str, Any], tmp_path: Path, m
     assert rc == 2 and out == ""
     assert_one_error_line(err)
     assert f"p.yaml: {next(iter(edit))}" in err
+
+
+def test_the_local_gpu_is_asked_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading the device's name starts CUDA; a worker forked after that cannot start it
+    again, so the answer is kept for the process (and its workers) to reuse."""
+    import torch
+
+    from shapelint.hardware import registry
+
+    calls: list[int] = []
+
+    def name(*_: object) -> str:
+        calls.append(1)
+        return "NVIDIA H100 80GB HBM3"
+
+    registry.local_gpu.cache_clear()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", name)
+    try:
+        assert registry.local_gpu() is registry.local_gpu() is not None
+        assert registry.default_gpu().key == "h100-sxm" and calls == [1]
+    finally:
+        registry.local_gpu.cache_clear()

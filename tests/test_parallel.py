@@ -4,6 +4,7 @@ pool waited with FIRST_EXCEPTION), the first error ends the run."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -51,3 +52,14 @@ def test_one_worker_runs_in_this_process_in_order() -> None:
     calls: list[int] = []
     assert parallel.run(_job, 3, 1, calls.append) == ["result 0", "result 1", "result 2"]
     assert calls == [0, 1, 2]
+
+
+def test_on_a_machine_with_a_cuda_gpu_the_jobs_run_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that ran autograd's backward or started CUDA there cannot be forked
+    (seen on an H100: every worker's target failed)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    pids: list[int] = []
+    assert parallel.run(lambda i: pids.append(os.getpid()) or i, 4, 4) == [0, 1, 2, 3]
+    assert pids == [os.getpid()] * 4

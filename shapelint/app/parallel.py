@@ -9,8 +9,11 @@ but the index goes to a worker (user rule modules, which are forgotten after imp
 need no pickling); each worker sends its ``Result`` back pickled, in completion
 order, and :func:`run` returns them in the targets' order. A worker's user code is
 contained as in the parent (``shapelint.load.usercode``) and also cannot disturb the
-parent's state or another target's. POSIX only (fork); elsewhere, or for one job,
-the jobs run in this process.
+parent's state or another target's. POSIX only (fork); elsewhere, for one job, and
+on a machine with a CUDA GPU, the jobs run in this process one after the other: a
+process that has run autograd's backward there (the first target) or started CUDA
+(the local GPU's name) cannot be forked safely (``Unable to handle autograd's
+threading in combination with fork-based multiprocessing``, seen on an H100).
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def _cuda_here() -> bool:
+    """A CUDA GPU is visible (asked without starting CUDA)."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def _call(index: int) -> object:
     assert _job is not None
     return _job(index)
@@ -46,7 +56,7 @@ def run(fn: Callable[[int], T], count: int, jobs: int, done: Callable[[int], Non
     from shapelint.app.isolate import available
 
     jobs = min(jobs, count - 1)
-    if jobs <= 1 or not available():
+    if jobs <= 1 or not available() or _cuda_here():
         out = []
         for i in range(count):
             out.append(fn(i))

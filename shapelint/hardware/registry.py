@@ -140,8 +140,12 @@ def load_profile_file(path: str) -> Hardware:
     return profile_from_dict(doc, p.stem, str(p))
 
 
+@functools.cache
 def local_gpu() -> Hardware | None:
-    """The profile of the local CUDA GPU, when there is one and we know it."""
+    """The profile of the local CUDA GPU, when there is one and we know it. Asked once
+    per process: reading the device's name starts CUDA, and a worker process forked
+    after that cannot start it again (``Cannot re-initialize CUDA in forked subprocess``
+    on a GPU machine linting several targets); the workers inherit the answer."""
     import torch
 
     if not torch.cuda.is_available():

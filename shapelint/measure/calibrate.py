@@ -117,11 +117,18 @@ BANDWIDTH_ELEMENTS = 1 << 28
 HOST_STEP = (12, 256, 512)
 
 
+#: step keys calibrate does not measure: a calibrated profile keeps its architecture's
+#: values (``_arch.yaml``), which come from whole attention kernels timed with and
+#: without a mask and dropout (docs/step-measurements.md), not from one probe
+NOT_MEASURED = ("masked_attention_efficiency", "attention_dropout_ps")
+
+
 def measure_step(timer: KernelTimer, base: Hardware,
                  compile: bool = True, log: Callable[[str], None] = print) -> dict[str, float]:
     """The step table, as fractions of the base profile's memory bandwidth (the base the
     step model divides by) and microseconds; the host costs as ``base``'s at this
-    machine's measured speed."""
+    machine's measured speed; every key but :data:`NOT_MEASURED` (and, without
+    ``compile``, the compiled host costs)."""
     out = _bandwidths(timer, base.memory_bandwidth_gbps)
     out.update(_kernel_floor())
     out.update(host_table(base, host_speed(False, base), host_speed(True, base) if compile else None))
