@@ -220,8 +220,11 @@ def positive_int(value: Any, what: str) -> int:
 def write_file(path: str, text: str, flag: str = "--output") -> None:
     """Write ``text`` to ``path`` whole (a symbolic link: to the file it points at,
     which stays a link), or raise one ShapelintError line; a FIFO, a device or a
-    socket is refused (a FIFO with no reader would block the run)."""
+    socket is refused (a FIFO with no reader would block the run), ``/dev/null``
+    taken as it is."""
     target = Path(os.path.realpath(path))
+    if str(target) == os.devnull:  # -o /dev/null: the exit code alone is wanted
+        return
     refuse_special(target, flag, shown=path)
     try:
         _replace_atomically(target, text)
@@ -231,7 +234,10 @@ def write_file(path: str, text: str, flag: str = "--output") -> None:
 
 def refuse_special(path: Path, flag: str, shown: str | None = None) -> None:
     """An existing path that is not a regular file or a folder (a device, a FIFO, a
-    socket) is no place for a report."""
+    socket) is no place for a report; ``/dev/null`` is (what is written there is gone,
+    and nothing can block on it)."""
+    if os.path.realpath(path) == os.devnull:
+        return
     try:
         mode = os.stat(path).st_mode
     except OSError:

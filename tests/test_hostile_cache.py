@@ -167,8 +167,10 @@ def test_the_environment_covers_sys_path_and_every_distribution(monkeypatch: pyt
     assert fingerprint.environment() != before
     monkeypatch.undo()
     real = fingerprint.distributions()
-    assert ("pytest", __import__("pytest").__version__) in {(n, v) for n, v, _ in real}
-    monkeypatch.setattr(fingerprint, "distributions", lambda: [(n, "0.0" if n == "PyYAML" else v, p) for n, v, p in real])
+    assert f"pytest-{__import__('pytest').__version__}.dist-info" in {name for _, name in real}
+    upgraded = [(where, name.replace("pyyaml-", "pyyaml-0.0+").replace("PyYAML-", "PyYAML-0.0+")) for where, name in real]
+    assert upgraded != real  # PyYAML at another version
+    monkeypatch.setattr(fingerprint, "distributions", lambda: upgraded)
     fingerprint.environment.cache_clear()
     assert fingerprint.environment() != before
     monkeypatch.undo()

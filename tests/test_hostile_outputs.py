@@ -82,3 +82,9 @@ def test_stdout_guard_on_a_closed_pipe() -> None:
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait() == 1 and err == ""
+
+
+def test_dev_null_takes_the_report(tmp_path: Path) -> None:
+    """``-o /dev/null``: only the exit code is wanted; nothing is written, nothing refused."""
+    check_output_path(os.devnull, [tmp_path / "model.py"])
+    write_file(os.devnull, "x" * 100)
