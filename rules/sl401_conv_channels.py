@@ -23,22 +23,22 @@ operand, so padding one side of two gains little).
 ## Why is this bad?
 cuDNN's tensor-core convolution kernels want 16-byte aligned channel rows; other
 counts run on kernels that load fewer bytes at a time, or pad internally with
-extra copies. Measured on an H200 (torch 2.11, bf16, batch 64, 56x56, forward +
+extra copies. Measured (H200, torch 2.11, bf16, batch 64, 56x56, forward +
 backward, GPU kernel time): ``Conv2d(30, 64, 3)`` takes 0.327 ms channels-last
 against 0.229 ms for ``Conv2d(32, 64, 3)`` (1.43x; 1.13x in NCHW);
 ``Conv2d(64, 100, 3)`` 0.613 ms against 0.431 ms for 104 output channels (1.42x;
-1.08x in NCHW). The example ConvNet (channels 30, 60, 100) steps in 0.447 ms;
+1.08x in NCHW). The example ConvNet (channels 30, 60, 100) steps in 0.447 ms, and
 padded to 32, 64, 104 in 0.382 ms (NCHW, 1.17x) or 0.300 ms (channels-last,
-1.49x); its conv1 and conv2 alone gain 1.28x and 1.29x. Later H100/H200 runs of
-the examples below: 1.77x for the first two, 1.53x for ``Conv2d(250, 256)`` in
-fp16, 1.15x in tf32, 1.27x for the ``Conv3d``. The estimate charges cuDNN's
-misaligned kernels the profile's ``conv_misaligned_efficiency`` of the aligned
-pace (0.6 in bf16/fp16, 0.85 in tf32 on Hopper), memory-bound or not: 1.63x,
-1.66x, 1.65x, 1.17x and 1.33x for those examples, 1.23x / 1.24x for conv1 /
-conv2 (H200 profile); 1.29x and 1.33x for the first two in NCHW, where 1.13x and
-1.08x were measured. The stem exception, measured (``Conv2d(C, 64, 3, stride=2)`` at 224x224):
-3 channels take 0.805 ms in NCHW, padded to 4 or 8 slower (0.971, 0.986 ms); in
-channels-last 0.654 ms, 4 channels 0.589 ms and 8 channels 0.477 ms.
+1.49x). On H100 and H200 the examples below measure 1.77x for the first two,
+1.53x for ``Conv2d(250, 256)`` in fp16, 1.15x in tf32 and 1.27x for the
+``Conv3d``; the estimate charges cuDNN's misaligned kernels the profile's
+``conv_misaligned_efficiency`` of the aligned pace (0.6 in bf16/fp16, 0.85 in tf32
+on Hopper) and gives 1.63x, 1.66x, 1.65x, 1.17x and 1.33x. In NCHW it gives 1.29x
+and 1.33x for the first two, where 1.13x and 1.08x were measured. The stem
+exception (``Conv2d(C, 64, 3, stride=2)`` at 224x224): 3 channels take 0.805 ms in
+NCHW and padded to 4 or 8 are slower (0.971, 0.986 ms); channels-last takes
+0.654 ms, 0.589 ms with 4 channels and 0.477 ms with 8. The runs are in
+docs/benchmarks.md.
 
 ## Example
 ```python

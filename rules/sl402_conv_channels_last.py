@@ -21,20 +21,20 @@ so are 1-D and 3-D ones: ``torch.channels_last`` is a 4-D format (a ``Conv1d``'s
 activations have none; wav2vec2's feature encoder measured 1.00x).
 
 ## Why is this bad?
-Every transpose reads and writes the whole activation. Measured on an H200
-(torch 2.11, bf16, batch 64, forward + backward, GPU kernel time):
-``Conv2d(64, 64, 3)`` at 56x56 takes 0.368 ms in NCHW against 0.239 ms
-channels-last (1.54x); ``Conv2d(128, 128, 3)`` at 28x28 0.225 ms against 0.182 ms
-(1.23x); a 3-channel stem ``Conv2d(3, 64, 3, stride=2)`` at 224x224 0.805 ms
-against 0.654 ms (1.23x). With misaligned channels (the example ConvNet's 30, 60,
-100) the whole step takes 0.447 ms either way; padded to 32, 64, 104 it takes
-0.382 ms in NCHW and 0.300 ms channels-last. Later H100/H200 runs of the examples
-below: 2.18x, 2.03x and 1.48x, estimated 2.09x, 1.90x and 1.56x (H200 profile).
-The transposes above cost what the estimate charges (0.56-0.84 of the copy
-bandwidth; ``conv_transpose_efficiency`` 0.8), but the estimate puts these
-convolutions' kernels near the roofline, up to 3x (a 3-channel stem 10x) faster
-than cuDNN ran them in those first runs, so there it overstates the gain: 2.09x,
-1.68x and 1.68x estimated against the 1.54x, 1.23x and 1.23x measured.
+Every transpose reads and writes the whole activation. Measured (H200, torch 2.11,
+bf16, batch 64, forward + backward, GPU kernel time): ``Conv2d(64, 64, 3)`` at
+56x56 takes 0.368 ms in NCHW against 0.239 ms channels-last (1.54x);
+``Conv2d(128, 128, 3)`` at 28x28 0.225 ms against 0.182 ms (1.23x); a 3-channel
+stem ``Conv2d(3, 64, 3, stride=2)`` at 224x224 0.805 ms against 0.654 ms (1.23x).
+The example ConvNet's misaligned channels (30, 60, 100) step in 0.447 ms either
+way; padded to 32, 64, 104, in 0.382 ms NCHW and 0.300 ms channels-last. On H100
+and H200 the examples below measure 2.18x, 2.03x and 1.48x, estimated 2.09x,
+1.90x and 1.56x (H200 profile). The transposes cost what the estimate charges
+(0.56-0.84 of the copy bandwidth; ``conv_transpose_efficiency`` 0.8), but where
+cuDNN's own kernels run far from the roofline (up to 3x, a 3-channel stem 10x,
+slower than the estimate puts them) the estimate overstates the gain: 2.09x,
+1.68x and 1.68x estimated against the 1.54x, 1.23x and 1.23x measured above. The
+runs are in docs/benchmarks.md.
 
 ## Example
 ```python
