@@ -17,6 +17,7 @@ from typing import Any, Literal
 from shapelint.errors import ShapelintError
 from shapelint.files import INT64_MAX
 from shapelint.model.dtypes import PRECISION_NAMES
+from shapelint.model.thresholds import MIN_LOSS, MIN_SPEEDUP, MIN_STEP_SHARE
 
 #: compute precisions a user may ask for (``--dtype`` and the ``dtype`` key)
 DTYPES = PRECISION_NAMES
@@ -85,11 +86,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("ignore", "codes", "skip these rule codes/prefixes/names, comma-separated", []),
     Setting("per-module-ignores", "per-module", "module-path glob → rule codes to skip there", {}, flag=False),
     Setting("min-speedup", "number", "report findings whose estimated speedup on the work they cover is at "
-                                     "least X (default 1.05)", 1.05),
+                                     f"least X (default {MIN_SPEEDUP})", MIN_SPEEDUP),
     Setting("min-loss", "fraction", "report findings that save at least this fraction of the time of the "
-                                    "work they cover (default 0.05)", 0.05),
+                                    f"work they cover (default {MIN_LOSS})", MIN_LOSS),
     Setting("min-step-share", "fraction", "report findings that save at least this fraction of the "
-                                          "estimated training step (default 0.01)", 0.01),
+                                          f"estimated training step (default {MIN_STEP_SHARE})", MIN_STEP_SHARE),
     Setting("exit-zero", "bool", "exit 0 even with findings (errors still exit 2)", False),
     Setting("compile", "bool", "price the step as torch.compile (Inductor, default mode) runs it: fused "
                                "elementwise chains, GEMMs that pad_mm pads itself (default: eager)", False),

@@ -46,6 +46,7 @@ from shapelint.model.records import (
     SizeSearch,
     Work,
 )
+from shapelint.model.thresholds import ERROR_SPEEDUP, MIN_LOSS, MIN_SPEEDUP, MIN_STEP_SHARE
 from shapelint.physics.reshape import candidates, smaller
 from shapelint.price.gemm import gemm_ms, work_ms
 from shapelint.price.grouping import deduplicated, group
@@ -62,10 +63,10 @@ STEP_NOISE_MS = 1e-9
 class Policy:
     """The reporting policy (see the module docstring)."""
 
-    min_loss: float = 0.05
-    min_speedup: float = 1.05
-    min_step_share: float = 0.01
-    error_speedup: float = 1.25
+    min_loss: float = MIN_LOSS
+    min_speedup: float = MIN_SPEEDUP
+    min_step_share: float = MIN_STEP_SHARE
+    error_speedup: float = ERROR_SPEEDUP
 
     def worth(self, before_ms: float, after_ms: float) -> bool:
         """Rule 2: the saving on the covered work is positive and worth reporting."""
