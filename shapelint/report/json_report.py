@@ -64,16 +64,18 @@ def _graphs(r: Result) -> dict[str, Any] | None:
 
 
 def document(results: Sequence[Result], *, show_suppressed: bool = False,
-             errors: Sequence[TargetError] = ()) -> dict[str, Any]:
-    """Suppressed findings appear (with ``"suppressed": true``) only with ``show_suppressed``."""
+             errors: Sequence[TargetError] = (), gemms: bool = True) -> dict[str, Any]:
+    """Suppressed findings appear (with ``"suppressed": true``) only with ``show_suppressed``;
+    ``gemms`` False (``--no-gemms``) leaves the ``gemms`` key out (the summaries still count them)."""
     many = len(results) > 1
-    gemms = [{**g.to_json(), **({"target": r.target} if many else {})} for r in results for g in r.capture.gemms]
+    records = [{**g.to_json(), **({"target": r.target} if many else {})} for r in results for g in r.capture.gemms] \
+        if gemms else None
     findings = [{**f.to_json(), "target": r.target} for r in results for f in r.findings
                 if show_suppressed or not f.suppressed]
     per = [summary(r) for r in results]
     total = dict(per[0]) if len(per) == 1 else _total(per)
-    return {"version": __version__, "gemms": gemms, "findings": findings, "summary": total, "targets": per,
-            "errors": [{"target": e.target, "message": e.message} for e in errors]}
+    return {"version": __version__, **({"gemms": records} if records is not None else {}), "findings": findings,
+            "summary": total, "targets": per, "errors": [{"target": e.target, "message": e.message} for e in errors]}
 
 
 #: the summary counts that add up over targets
@@ -109,5 +111,6 @@ def _step_total(per: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "mode": modes.pop() if len(modes) == 1 else "mixed"}
 
 
-def render(results: Sequence[Result], *, show_suppressed: bool = False, errors: Sequence[TargetError] = ()) -> str:
-    return json.dumps(document(results, show_suppressed=show_suppressed, errors=errors), indent=2) + "\n"
+def render(results: Sequence[Result], *, show_suppressed: bool = False, errors: Sequence[TargetError] = (),
+           gemms: bool = True) -> str:
+    return json.dumps(document(results, show_suppressed=show_suppressed, errors=errors, gemms=gemms), indent=2) + "\n"
