@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import os
 import sys
-from typing import IO
+from typing import IO, Any
 
 from shapelint.app import cached, outputs
 from shapelint.app.request import Request
@@ -81,6 +81,16 @@ def write_report(outcome: Linted, fmt: str) -> None:
             raise BrokenPipeError from None
 
 
+def fixes(outcome: Linted) -> dict[tuple[str, int], dict[str, Any]]:
+    """Each fixable finding's fix as JSON (:mod:`shapelint.fix.preview`: the edits
+    ``--fix`` would make, ``--unsafe-fixes`` included when given), for the machine formats."""
+    from shapelint.app import project
+    from shapelint.fix import preview
+
+    found = preview.fixes(outcome.results, unsafe=outcome.request.unsafe_fixes, root=project.root(outcome.request.config))
+    return {key: fix.to_json() for key, fix in found.items()}
+
+
 def color(request: Request) -> bool | None:
     """``--color``: True (always), False (never, or auto with ``NO_COLOR`` set), None
     (auto: colour on a terminal)."""
@@ -99,12 +109,12 @@ def report(outcome: Linted, fmt: str, out: IO[str], color: bool | None = False) 
         from shapelint.report import json_report
 
         out.write(json_report.render(outcome.results, show_suppressed=request.show_suppressed, errors=outcome.errors,
-                                     gemms=request.gemms))
+                                     gemms=request.gemms, fixes=fixes(outcome)))
     elif fmt == "sarif":
         from shapelint.report import sarif
 
         out.write(sarif.render(outcome.results, outcome.rules, show_suppressed=request.show_suppressed,
-                               errors=outcome.errors))
+                               errors=outcome.errors, fixes=fixes(outcome)))
     elif fmt == "github":
         from shapelint.report import github
 
