@@ -151,3 +151,16 @@ def test_commands_that_lint_nothing_import_no_torch(argv: list[str], tmp_path: P
     proc = subprocess.run([sys.executable, "-c", code, *argv, *([] if argv[0] == "rule" else [])],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_unused_suppression_in_sarif_has_its_documentation(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_formats import check_sarif
+
+    write_model(here, "clean.py", in_features=1024, comment="# shapelint: ignore[SL101]")
+    rc, out, _ = run(["clean.py", "--no-config", "--no-cache", "--output-format", "sarif", "--extend-select", "SL900"],
+                     capsys)
+    doc = json.loads(out)
+    check_sarif(doc)  # every descriptor has its full description and help
+    [result] = doc["runs"][0]["results"]
+    assert rc == 1 and result["ruleId"] == "SL900" and result["level"] == "warning"
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == LINEAR_LINE

@@ -111,10 +111,13 @@ def report(outcome: Linted, fmt: str, out: IO[str], color: bool | None = False) 
         out.write(json_report.render(outcome.results, show_suppressed=request.show_suppressed, errors=outcome.errors,
                                      gemms=request.gemms, fixes=fixes(outcome)))
     elif fmt == "sarif":
+        from shapelint.app.rule_index import META
         from shapelint.report import sarif
 
-        out.write(sarif.render(outcome.results, outcome.rules, show_suppressed=request.show_suppressed,
-                               errors=outcome.errors, fixes=fixes(outcome)))
+        found = {f.code for r in outcome.results for f in r.findings}
+        rules: list[Any] = [*outcome.rules, *(m for m in META if m.code in found)]  # SL900's descriptor, documented
+        out.write(sarif.render(outcome.results, rules, show_suppressed=request.show_suppressed, errors=outcome.errors,
+                               fixes=fixes(outcome)))
     elif fmt == "github":
         from shapelint.report import github
 

@@ -23,10 +23,9 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
-from shapelint.check.rule_api import Rule
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Result, TargetError
 from shapelint.report.json_report import Fixes
@@ -101,7 +100,27 @@ def _section(doc: str, heading: str) -> str:
     return " ".join(m.group(1).split()) if m else ""
 
 
-def rule_descriptor(rule: Rule) -> dict[str, Any]:
+class Documented(Protocol):
+    """What a rule descriptor is made of: a rule module's :class:`Rule`, or an
+    application check's ``RuleInfo`` (``SL900``)."""
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def severity(self) -> str: ...
+
+    @property
+    def doc(self) -> str: ...
+
+    @property
+    def summary(self) -> str: ...
+
+
+def rule_descriptor(rule: Documented) -> dict[str, Any]:
     doc = rule.doc.strip()
     summary = rule.summary
     full = _section(doc, "What it does") or summary
@@ -210,7 +229,7 @@ def invocation(errors: Sequence[TargetError]) -> dict[str, Any]:
     }
 
 
-def document(results: Sequence[Result], rules: Sequence[Rule], *, show_suppressed: bool = False,
+def document(results: Sequence[Result], rules: Sequence[Documented], *, show_suppressed: bool = False,
              errors: Sequence[TargetError] = (), fixes: Fixes | None = None) -> dict[str, Any]:
     """The SARIF log; with ``fixes`` (by target and index in ``Result.findings``), each
     fixable result carries its ``fixes``."""
@@ -247,7 +266,7 @@ def document(results: Sequence[Result], rules: Sequence[Rule], *, show_suppresse
     }
 
 
-def render(results: Sequence[Result], rules: Sequence[Rule], *, show_suppressed: bool = False,
+def render(results: Sequence[Result], rules: Sequence[Documented], *, show_suppressed: bool = False,
            errors: Sequence[TargetError] = (), fixes: Fixes | None = None) -> str:
     doc = document(results, rules, show_suppressed=show_suppressed, errors=errors, fixes=fixes)
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
