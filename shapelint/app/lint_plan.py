@@ -20,9 +20,9 @@ from shapelint.errors import ShapelintError
 from shapelint.pipeline.settings import Settings, merged, or_default
 
 if TYPE_CHECKING:
-    from shapelint.app.selection import Named
     from shapelint.app.suppression import Suppression
     from shapelint.check.rule_api import Rule
+    from shapelint.check.selection import Named
     from shapelint.hardware import Hardware
     from shapelint.pipeline.result import Options
 
@@ -55,9 +55,9 @@ class RuleSet:
 
 def selected_codes(rules: Sequence[Named], settings: Settings) -> list[str]:
     """The codes ``settings`` select among ``rules`` and the application's own checks
-    (:mod:`shapelint.app.selection`; an opt-in check only when named)."""
-    from shapelint.app import selection
+    (:mod:`shapelint.check.selection`; an opt-in check only when named)."""
     from shapelint.app.rule_index import META
+    from shapelint.check import selection
 
     every: list[Named] = [*rules, *META]
     chosen = selection.select(every, select=settings.select, ignore=settings.ignore or [],
@@ -95,8 +95,8 @@ def select_infos(settings: Settings, config: Config | None = None, rules_dirs: S
 
 def check_config_codes(cfg: Config, rules: Sequence[Named]) -> None:
     """Unknown rule codes in the configuration file: an error naming the file and line."""
-    from shapelint.app import selection
     from shapelint.app.rule_index import META
+    from shapelint.check import selection
 
     if cfg.file is None:
         return
