@@ -35,9 +35,11 @@ def test_output_format_is_format(here: Path, capsys: pytest.CaptureFixture[str])
 def test_concise_is_one_line_per_finding(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(["model.py", "--no-config", "--no-cache", "--output-format", "concise"], capsys)
     lines = out.splitlines()
-    assert rc == 1
-    assert lines[0].startswith(f"model.py:{LINEAR_LINE}:1: SL101 misaligned-leading-dim: in_features: 1023 → 1024 (est. ")
-    assert lines[1:] == ["Found 1 finding."]
+    column = (here / "model.py").read_text().splitlines()[LINEAR_LINE - 1].index("1023") + 1  # the value --fix edits
+    assert rc == 1 and column == 37
+    assert lines[0].startswith(f"model.py:{LINEAR_LINE}:37: SL101 [*] misaligned-leading-dim: in_features: 1023 → 1024 "
+                               "(est. ")
+    assert lines[1:] == ["Found 1 finding.", "[*] 1 fixable with --fix."]
     rc, out, _ = run(["model.py", "--no-config", "--no-cache", "--output-format", "concise", "-q"], capsys)
     assert len(out.splitlines()) == 1  # --quiet: the findings alone
 
@@ -48,7 +50,7 @@ def test_concise_clean_and_config_key(here: Path, capsys: pytest.CaptureFixture[
     assert (rc, out) == (0, "All checks passed!\n")
     (here / "cfg.yaml").write_text("output-format: concise\n")  # ruff's key spells the format setting too
     rc, out, _ = run(["model.py", "--config", "cfg.yaml", "--no-cache"], capsys)
-    assert rc == 1 and out.endswith("Found 1 finding.\n")
+    assert rc == 1 and out.endswith("Found 1 finding.\n[*] 1 fixable with --fix.\n")
 
 
 def test_quiet_text_prints_findings_only(here: Path, capsys: pytest.CaptureFixture[str]) -> None:

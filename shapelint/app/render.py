@@ -125,7 +125,8 @@ def report(outcome: Linted, fmt: str, out: IO[str], color: bool | None = False) 
     elif fmt == "concise":
         from shapelint.report import concise
 
-        concise.render(outcome.results, out, show_suppressed=request.show_suppressed, quiet=request.quiet)
+        concise.render(outcome.results, out, show_suppressed=request.show_suppressed, quiet=request.quiet,
+                       fixes=fixes(outcome))
     else:
         from shapelint.report import text
 
