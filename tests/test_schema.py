@@ -55,6 +55,19 @@ def test_the_report_schema_validates_every_json_report(here: Path, capsys: pytes
         _validate(one, "report.schema.json")
 
 
+def test_the_api_report_validates() -> None:
+    import torch
+    from torch import nn
+
+    import shapelint
+
+    report = shapelint.lint(nn.Linear(1023, 4096), torch.randn(8192, 1023))
+    _validate(report.to_json(), "report.schema.json")
+    lean = report.to_json(gemms=False)
+    _validate(lean, "report.schema.json")
+    assert "gemms" not in lean and lean["summary"]["gemm_count"] == 2
+
+
 def test_the_rule_schema(capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (["rule", "SL501", "--output-format", "json"], ["rule", "--all", "--output-format", "json"]):
         rc, out, _ = run(argv, capsys)

@@ -86,11 +86,12 @@ class Report:
     def hardware(self) -> Hardware:
         return self.result.hardware
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``--format json`` document (``gemms``, ``findings``, ``summary``, ``targets``)."""
+    def to_json(self, *, gemms: bool = True) -> dict[str, Any]:
+        """The ``--format json`` document (``gemms``, ``findings``, ``summary``, ``targets``;
+        ``gemms=False``: without the GEMM records, as ``--no-gemms``)."""
         from shapelint.report import json_report
 
-        return json_report.document([self.result])
+        return json_report.document([self.result], gemms=gemms)
 
     def __rich__(self) -> Group:
         from shapelint.report import table
