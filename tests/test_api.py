@@ -62,4 +62,35 @@ def test_readme_notebook_session() -> None:
     html = test.globs["report"]._repr_html_()
     # the finding's code, module and suggestion, in cells of the table
     for cell in ("SL101", "2", "out_features: 50257 → 50264"):
-        assert f"<td>{cell}</td>" in html
+        assert f'<td style="text-align:left;vertical-align:top">{cell}</td>' in html
+
+
+def test_select_as_one_code_and_every_error_a_shapelint_error() -> None:
+    model, x = nn.Linear(1023, 4096), torch.randn(8192, 1023)
+    assert [f.code for f in shapelint.lint(model, x, select="SL101").findings] == ["SL101"]
+    assert [f.code for f in shapelint.lint(model, x, select="SL501,SL1").findings] == ["SL101"]
+    assert shapelint.lint(model, x, ignore="SL101").findings == []
+    with pytest.raises(ShapelintError, match="unknown rule code 'X'"):
+        shapelint.lint(model, x, select=["X", "Y"])  # a list is a list of codes
+    with pytest.raises(ShapelintError, match=r"gpu=: expected a GPU name, got an integer \(3\)"):
+        shapelint.lint(model, x, gpu=3)  # type: ignore[arg-type]
+    with pytest.raises(ShapelintError, match="select=: expected a list of rule codes"):
+        shapelint.lint(model, x, select=5)  # type: ignore[arg-type]
+    with pytest.raises(ShapelintError, match="path must be a str or a Path, got int"):
+        shapelint.lint_target(42)  # type: ignore[arg-type]
+
+
+def test_a_shape_error_is_one_clean_error(capfd: pytest.CaptureFixture[str]) -> None:
+    """torch's fake-tensor logger printed ~20 lines of traceback into the cell first."""
+    model = nn.Sequential(nn.Linear(10, 20), nn.Linear(30, 5))
+    with pytest.raises(ShapelintError, match=r"cannot trace the model: RuntimeError: a and b must have same reduction "
+                                             r"dim, but got \[4, 20\] X \[30, 5\]"):
+        shapelint.lint(model, torch.randn(4, 10))
+    out, err = capfd.readouterr()
+    assert "fake_tensor" not in err and "Traceback" not in err, err
+
+
+def test_html_messages_are_left_aligned() -> None:
+    html = shapelint.lint(nn.Linear(1023, 4096), torch.randn(8192, 1023))._repr_html_()
+    cells = re.findall(r'<td style="([^"]*)">', html)
+    assert len(cells) == 7 and cells.count("text-align:left;vertical-align:top") == 6  # the number: right

@@ -177,3 +177,17 @@ def test_skip_other_files(here: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert rc == 1 and out.startswith("model.py") and "helper.py" not in out, err
     # without the flag a non-target is an error
     _fails(["notes.txt"], capsys, "notes.txt")
+
+
+def test_bad_values_of_the_ruff_flags(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _fails(["model.py", "--output-format", "xml"], capsys, "--output-format", "invalid choice: 'xml'")
+    _fails(["model.py", "--color", "sometimes"], capsys, "invalid choice: 'sometimes'")
+    _fails(["model.py", "--extend-select", "SL777"], capsys, "unknown rule code 'SL777'")
+    for argv, expected in ((["rule"], "give a rule code (shapelint rule SL501) or --all"),
+                           (["rule", "SL101", "--all"], "give a rule code"),
+                           (["rule", "SL999"], "unknown rule 'SL999' (known: SL101,"),
+                           (["rule", "SL101", "--output-format", "sarif"], "invalid choice: 'sarif'")):
+        rc, out, err = run(argv, capsys)
+        assert rc == 2 and out == "", (out, err)
+        assert_one_error_line(err)
+        assert expected in err, err

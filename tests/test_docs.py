@@ -67,9 +67,9 @@ def test_readme_starts_with_the_set_up_commands() -> None:
     assert len(readme.splitlines()) < 250
     blocks = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
     assert blocks[:2] == [
-        "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e '.[dev]' && "
+        "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e . && "
         "shapelint examples/nanogpt.py",
-        "python -m pytest -q",
+        "pip install -e '.[dev]' && python -m pytest -q",
     ]
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from _cli_helpers import LINEAR_LINE, assert_one_error_line, run, snapshot, write_model
+from conftest import EXAMPLES
 
 from shapelint import hardware
 from shapelint.check import run as check
@@ -241,6 +243,40 @@ def test_plot(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
         rc, _, err = run(["models/bad.py", "--no-config", "--select", "SL101", "--plot", target], capsys)
         assert rc == 1, err
         assert target.read_bytes().startswith(magic)
+
+
+@pytest.mark.slow
+def test_plot_labels_every_finding_and_the_biggest_gemms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Each finding: its colour, a before → after arrow at its GEMMs' joint intensity and
+    its estimated speedup, its module by the arrow and its change in the legend; the
+    biggest other GEMMs numbered, by module (a repeated block once) and phase."""
+    pytest.importorskip("matplotlib")
+    from shapelint.report import plot
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(EXAMPLES / "convnet.py", tmp_path / "convnet.py")
+    r = lint_target(tmp_path / "convnet.py", Options(), hardware.resolve("h100"), check.load_rules())
+    moves = plot.moves(r)
+    assert [(m.finding.module, str(m.finding.suggestion)) for m in moves] == [
+        ("conv1", "out_channels: 60 → 64"), ("conv2", "out_channels: 100 → 104")]
+    for m in moves:
+        assert m.flops_s_after / m.flops_s == pytest.approx(m.finding.est_speedup)
+        covered = [g for g in r.capture.gemms if g.index in m.finding.gemms]
+        assert m.intensity == pytest.approx(sum(g.flops for g in covered) / sum(g.min_bytes for g in covered))
+    # the findings' GEMMs are 3 x 14.7% (conv1) and 3 x 13.9% (conv2) of the GEMM time; of the rest, the stem's
+    # two GEMMs are labelled (6.9% each), the head's (0.1%) are below the 1% a label needs
+    assert [(label, round(share, 3), p["finding"]) for label, share, p in plot.groups(plot.points(r))][::3] == [
+        ("conv1 forward", 0.147, 0), ("conv2 forward", 0.139, 1), ("stem forward", 0.069, None),
+        ("head grad_input", 0.001, None)]
+    out = tmp_path / "roof.svg"
+    rc, _, err = run(["convnet.py", "--no-config", "--no-cache", "--plot", out], capsys)
+    svg = out.read_text()
+    assert rc == 1, err
+    for label in ("conv1", "SL401 conv1: out_channels: 60 → 64 (est. 1.23×", "stem forward: 7% of the GEMM time",
+                 "arithmetic intensity (FLOP/byte)", "1,000"):
+        assert label in svg, label
+    assert "head forward" not in svg
 
 
 def test_plot_needs_matplotlib(project: Path, capsys: pytest.CaptureFixture[str],

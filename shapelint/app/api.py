@@ -22,7 +22,9 @@ one before it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ from rich.console import Group
 
 from shapelint import hardware
 from shapelint.app.lint_plan import LintPlan, select_rules
-from shapelint.errors import ShapelintError
+from shapelint.errors import ShapelintError, describe
 from shapelint.hardware import Hardware
 from shapelint.load.targets import target_kind
 from shapelint.load.usercode import LOCK
@@ -84,11 +86,12 @@ class Report:
     def hardware(self) -> Hardware:
         return self.result.hardware
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``--format json`` document (``gemms``, ``findings``, ``summary``, ``targets``)."""
+    def to_json(self, *, gemms: bool = True) -> dict[str, Any]:
+        """The ``--format json`` document (``gemms``, ``findings``, ``summary``, ``targets``;
+        ``gemms=False``: without the GEMM records, as ``--no-gemms``)."""
         from shapelint.report import json_report
 
-        return json_report.document([self.result])
+        return json_report.document([self.result], gemms=gemms)
 
     def __rich__(self) -> Group:
         from shapelint.report import table
@@ -108,57 +111,99 @@ class Report:
                f"{step_line(self.result)}>"
 
 
+#: what ``select=``/``ignore=`` take: one code (``"SL501"``), a comma-separated string, or a list
+Codes = str | Sequence[str]
+
+
 def lint(model: torch.nn.Module, example_inputs: Any, *, gpu: str | None = None, dtype: str | None = None,
          training: bool = True, compile: bool | None = None, optimizer: str | None = None, tp: int | None = None,
-         select: Sequence[str] = (), ignore: Sequence[str] = ()) -> Report:
+         select: Codes = (), ignore: Codes = ()) -> Report:
     """Lint ``model`` on ``example_inputs`` (a tensor, a tuple of tensors or a dict of
     keyword arguments), on any device or on meta: nothing is allocated and nothing of
     ``model`` or the inputs is changed. ``gpu`` a profile name (default: the local
-    CUDA GPU, else h100); ``dtype`` bf16 (default), fp16, fp32 or tf32; the other
-    settings as the command line's (``shapelint --help``)."""
-    if not isinstance(model, torch.nn.Module):
-        raise ShapelintError(f"lint(): model must be a torch.nn.Module, got {type(model).__name__}")
-    given = _settings(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp, select=select,
-                      ignore=ignore)
-    with LOCK:  # one lint at a time (see the module docstring)
-        hw = hardware.resolve(gpu) if gpu is not None else hardware.default_gpu()
-        plan = LintPlan(given, select_rules(given), gpu=hw)
-        return Report(pipeline.lint_module(model, example_inputs, plan.options(), hw, plan.rules.selected))
+    CUDA GPU, else h100); ``dtype`` bf16 (default), fp16, fp32 or tf32; ``select`` and
+    ``ignore`` a code (``"SL501"``), a comma-separated string or a list; the other
+    settings as the command line's (``shapelint --help``). Every error is a
+    :class:`~shapelint.errors.ShapelintError` with a one-line message."""
+    with api_errors():
+        if not isinstance(model, torch.nn.Module):
+            raise ShapelintError(f"lint(): model must be a torch.nn.Module, got {type(model).__name__}")
+        given = _settings(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp, select=select,
+                          ignore=ignore)
+        with LOCK:  # one lint at a time (see the module docstring)
+            hw = hardware.resolve(_gpu(gpu)) if gpu is not None else hardware.default_gpu()
+            plan = LintPlan(given, select_rules(given), gpu=hw)
+            return Report(pipeline.lint_module(model, example_inputs, plan.options(), hw, plan.rules.selected))
 
 
 def lint_target(path: str | Path, *, gpu: str | None = None, dtype: str | None = None, training: bool | None = None,
                 compile: bool | None = None, optimizer: str | None = None, batch: int | None = None,
-                seq: int | None = None, tp: int | None = None, select: Sequence[str] = (),
-                ignore: Sequence[str] = ()) -> Report:
+                seq: int | None = None, tp: int | None = None, select: Codes = (), ignore: Codes = ()) -> Report:
     """Lint one target as the command line does (a model.py defining
     ``shapelint_model()``, a Hugging Face config.json or a directory holding one, a
     shapelint YAML), with its ``# shapelint: ignore`` comments; configuration files are
-    not read (pass the settings)."""
-    path = Path(path)
-    target_kind(path)  # a clear error for what is not a target
-    given = _settings(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp, batch=batch,
-                      seq=seq, select=select, ignore=ignore)
-    with LOCK:  # one lint at a time (see the module docstring)
-        plan = LintPlan(given, select_rules(given), gpu=hardware.resolve(gpu) if gpu is not None else None)
-        # no configuration file: the target's own settings shadow nothing, so none are read here
-        r = pipeline.lint_target(path, plan.options(), plan.gpu, plan.rules.selected)
-    return Report(plan.suppression().apply(r))
+    not read (pass the settings). Every error is a :class:`~shapelint.errors.ShapelintError`."""
+    with api_errors():
+        if not isinstance(path, (str, Path)):
+            raise ShapelintError(f"lint_target(): path must be a str or a Path, got {type(path).__name__}")
+        path = Path(path)
+        target_kind(path)  # a clear error for what is not a target
+        given = _settings(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp, batch=batch,
+                          seq=seq, select=select, ignore=ignore)
+        with LOCK:  # one lint at a time (see the module docstring)
+            plan = LintPlan(given, select_rules(given), gpu=hardware.resolve(_gpu(gpu)) if gpu is not None else None)
+            # no configuration file: the target's own settings shadow nothing, so none are read here
+            r = pipeline.lint_target(path, plan.options(), plan.gpu, plan.rules.selected)
+        return Report(plan.suppression().apply(r))
+
+
+#: the loggers that print a traceback of their own for an error shapelint reports in one line
+NOISY_LOGGERS = ("torch._subclasses.fake_tensor",)
+
+
+@contextlib.contextmanager
+def api_errors() -> Iterator[None]:
+    """Every error of a call as a :class:`ShapelintError` with the command's one-line
+    message (the original chained as its cause), and none of torch's fake-tensor log
+    records: a shape error logged some 20 lines of traceback into the notebook cell
+    before shapelint's own message."""
+    loggers = [logging.getLogger(name) for name in NOISY_LOGGERS]
+    before = [lg.disabled for lg in loggers]
+    for lg in loggers:
+        lg.disabled = True
+    try:
+        yield
+    except ShapelintError:
+        raise
+    except Exception as exc:
+        raise ShapelintError(describe(exc)) from exc
+    finally:
+        for lg, was in zip(loggers, before):
+            lg.disabled = was
+
+
+def _gpu(gpu: Any) -> str:
+    """``gpu=`` checked as the ``gpu`` setting is in a configuration file."""
+    return str(settings.validate(settings.BY_KEY["gpu"], gpu, "gpu="))
 
 
 #: the keywords checked as their settings are in a configuration file, in this order
 _CHECKED = ("dtype", "compile", "optimizer", "tp", "batch", "seq")
 
 
-def _settings(*, training: bool | None, select: Sequence[str], ignore: Sequence[str], **given: Any) -> Settings:
+def _settings(*, training: bool | None, select: Codes, ignore: Codes, **given: Any) -> Settings:
     """The keywords as the settings a command line gives, each validated as its setting
-    is in a configuration file (the error names the keyword: ``dtype=: ...``)."""
+    is in a configuration file (the error names the keyword: ``dtype=: ...``); ``select``
+    and ``ignore`` as the configuration reads them (``"SL501"`` is one code, not five
+    characters)."""
     for name in _CHECKED:
         if given.get(name) is not None:
             settings.validate(settings.BY_KEY[name], given[name], f"{name}=")
     if training is not None and not isinstance(training, bool):
         raise ShapelintError(f"training=: expected True or False, got {settings.describe(training)}")
-    return Settings(**given, inference=None if training is None else not training, select=list(select),
-                    ignore=list(ignore))
+    codes = {key: settings.validate(settings.BY_KEY[key], list(value) if isinstance(value, tuple) else value, f"{key}=")
+             for key, value in (("select", select), ("ignore", ignore))}
+    return Settings(**given, inference=None if training is None else not training, **codes)
 
 
-__all__ = ["Report", "lint", "lint_target"]
+__all__ = ["Report", "api_errors", "lint", "lint_target"]

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 #: these settings leave the cache alone: they do more than report
 _BYPASS = ("verify", "plot", "dump_graph", "fix", "diff")
 #: settings that change how results are reported, not the results (part of a run's key only)
-_REPORTING = ("format", "exit_zero", "file", "lines")
+_REPORTING = ("format", "exit_zero", "file", "lines", "gemms")
 
 
 #: how ``SHAPELINT_NO_CACHE`` is read

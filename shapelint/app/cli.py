@@ -20,7 +20,7 @@ from shapelint.errors import ShapelintError
 
 #: the commands that lint nothing, by their first argument
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {"calibrate": subcommands.calibrate,
-                                                          "clean": subcommands.clean}
+                                                          "clean": subcommands.clean, "rule": subcommands.rule}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

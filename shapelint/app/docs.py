@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from shapelint.check.run import builtin_rules
 from shapelint.pipeline.settings import CHOICES, METAVARS, SETTINGS, Setting
@@ -20,11 +21,14 @@ from shapelint.pipeline.settings import CHOICES, METAVARS, SETTINGS, Setting
 
 def render() -> str:
     """docs/rules.md."""
+    from shapelint.app.rule_index import META
+
     rules = builtin_rules()
     out = ["# shapelint rules", "",
            "Generated from the rule modules in `rules/` by `python -m shapelint.app.docs`; do not edit by hand.", "",
            "| code | name | severity | summary |", "|---|---|---|---|"]
-    for r in rules:
+    listed: list[Any] = [*rules, *META]
+    for r in listed:
         out.append(f"| [{r.code}](#{r.code.lower()}-{r.name}) | `{r.name}` | {r.severity} | {r.summary} |")
     for r in rules:
         doc = r.doc.strip().splitlines()
@@ -38,6 +42,9 @@ def render() -> str:
                 expect = ", ".join(f"{k}={v}" for k, v in e.expect.items()) if e.expect else ""
                 model = e.model.replace("|", "\\|")
                 out.append(f"| {kind} | `{model}` | `{e.inputs}` | {e.dtype} | {e.gpu} | {expect} |")
+    for m in META:  # the application's own checks: no GEMM examples, off unless selected
+        doc = m.doc.strip().splitlines()
+        out += ["", f"## {m.code} {m.name}", "", doc[0], "", "\n".join(doc[1:]).strip().replace("## ", "### "), ""]
     return "\n".join(out) + "\n"
 
 

@@ -22,6 +22,7 @@ from shapelint.pipeline.settings import Settings, merged, or_default
 if TYPE_CHECKING:
     from shapelint.app.suppression import Suppression
     from shapelint.check.rule_api import Rule
+    from shapelint.check.selection import Named
     from shapelint.hardware import Hardware
     from shapelint.pipeline.result import Options
 
@@ -37,39 +38,74 @@ Job = tuple[Path, "Options", "Hardware | None"]
 @dataclass(frozen=True)
 class RuleSet:
     """The rules of a run: every loaded rule (``known``: the codes and names an ignore
-    comment may name) and the selected ones, in order."""
+    comment may name), the selected ones, in order, and the application's own checks
+    selected (``meta``: codes of :data:`shapelint.app.rule_index.META`)."""
 
     loaded: Sequence[Rule]
     selected: list[Rule]
+    meta: frozenset[str] = frozenset()
 
     @property
     def known(self) -> frozenset[str]:
-        return frozenset({r.code for r in self.loaded} | {r.name for r in self.loaded})
+        from shapelint.app.rule_index import META
+
+        return frozenset({r.code for r in self.loaded} | {r.name for r in self.loaded}
+                         | {m.code for m in META} | {m.name for m in META})
+
+
+def selected_codes(rules: Sequence[Named], settings: Settings) -> list[str]:
+    """The codes ``settings`` select among ``rules`` and the application's own checks
+    (:mod:`shapelint.check.selection`; an opt-in check only when named)."""
+    from shapelint.app.rule_index import META
+    from shapelint.check import selection
+
+    every: list[Named] = [*rules, *META]
+    chosen = selection.select(every, select=settings.select, ignore=settings.ignore or [],
+                              extend_select=settings.extend_select or [], extend_ignore=settings.extend_ignore or [],
+                              opt_in=frozenset(m.code for m in META if m.opt_in))
+    return [r.code for r in chosen]
 
 
 def select_rules(settings: Settings, config: Config | None = None, rules_dirs: Sequence[str] = ()) -> RuleSet:
     """The built-in rules and those of ``rules_dirs``; the configuration's rule codes
-    checked (an unknown one is an error naming its file and line); the ``select`` and
-    ``ignore`` of ``settings`` applied."""
+    checked (an unknown one is an error naming its file and line); the ``select``,
+    ``ignore``, ``extend-select`` and ``extend-ignore`` of ``settings`` applied."""
+    from shapelint.app.rule_index import META
     from shapelint.check import run as check
 
     loaded = check.load_rules(rules_dirs)
     if config is not None:
         check_config_codes(config, loaded)
-    return RuleSet(loaded, check.select_rules(loaded, settings.select or [], settings.ignore or []))
+    codes = set(selected_codes(loaded, settings))
+    return RuleSet(loaded, [r for r in loaded if r.code in codes], frozenset(m.code for m in META if m.code in codes))
 
 
-def check_config_codes(cfg: Config, rules: Sequence[Rule]) -> None:
+def select_infos(settings: Settings, config: Config | None = None, rules_dirs: Sequence[str] = ()) -> list[Any]:
+    """The selected rules as :class:`~shapelint.app.rule_index.RuleInfo` (read, not
+    imported, unless ``rules_dirs`` are given): what ``--list-rules`` and
+    ``--show-settings`` print without importing torch."""
+    from shapelint.app import rule_index
+
+    infos = rule_index.rules(rules_dirs)
+    if config is not None:
+        check_config_codes(config, infos)
+    codes = set(selected_codes([r for r in infos if r not in rule_index.META], settings))
+    return [r for r in infos if r.code in codes]
+
+
+def check_config_codes(cfg: Config, rules: Sequence[Named]) -> None:
     """Unknown rule codes in the configuration file: an error naming the file and line."""
-    from shapelint.check import run as check
+    from shapelint.app.rule_index import META
+    from shapelint.check import selection
 
     if cfg.file is None:
         return
-    checks = [("select", cfg.select or []), ("ignore", cfg.ignore or [])]
+    checks = [(key, getattr(cfg, key.replace("-", "_")) or [])
+              for key in ("select", "ignore", "extend-select", "extend-ignore")]
     checks += [("per-module-ignores", codes) for codes in (cfg.per_module_ignores or {}).values()]
     for key, codes in checks:
         try:
-            check.select_rules(rules, codes, [])
+            selection.check_codes([*rules, *META], codes)
         except ShapelintError as exc:
             raise ShapelintError(f"{cfg.where(key)}: {key}: {exc}") from None
 
@@ -141,10 +177,13 @@ class LintPlan:
 
     def suppression(self) -> Suppression:
         """The suppression of this plan's results (each file read once)."""
+        from shapelint.app.rule_index import UNUSED_SUPPRESSION
         from shapelint.app.suppression import Suppression
 
-        return Suppression(self.config.per_module_ignores, self.rules.known)
+        return Suppression(self.config.per_module_ignores, self.rules.known,
+                           report_unused=UNUSED_SUPPRESSION.code in self.rules.meta,
+                           ran=frozenset(n for r in self.rules.selected for n in (r.code, r.name)))
 
 
-__all__ = ["POLICY_SETTINGS", "TARGET_SETTINGS", "Job", "LintPlan", "RuleSet", "check_config_codes", "select_rules",
-           "target_settings"]
+__all__ = ["POLICY_SETTINGS", "TARGET_SETTINGS", "Job", "LintPlan", "RuleSet", "check_config_codes", "select_infos",
+           "select_rules", "selected_codes", "target_settings"]

@@ -90,6 +90,40 @@ def build_parser() -> argparse.ArgumentParser:
                         "Linux: it turns os._exit, crashes and runaway memory in user code into one error line)")
     p.add_argument("--debug", action="store_true", help="show tracebacks (and lint in this process)")
     p.add_argument("--version", action="version", version=f"shapelint {__version__}")
+    add_ruff_flags(p)
+    return p
+
+
+def add_ruff_flags(p: argparse.ArgumentParser) -> None:
+    """The flags a ruff user reaches for, where they mean what they mean in ruff
+    (``--output-format`` is ``--format``: both stay, the formats are a public contract)."""
+    from shapelint.pipeline.settings import FORMATS
+
+    p.add_argument("--output-format", dest="format", choices=FORMATS, default=None,
+                   help="the same as --format (ruff's spelling)")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="print the findings and errors only: no per-target header or summary, no --fix notes")
+    p.add_argument("--color", choices=COLOR_CHOICES, default="auto",
+                   help="colour the text report: auto (on a terminal, unless NO_COLOR is set), always or never")
+    p.add_argument("--show-settings", action="store_true",
+                   help="print the settings this run would use (and where each comes from), the configuration "
+                        "file and the selected rules, and exit")
+
+
+#: ``--color``'s values, as ruff spells them
+COLOR_CHOICES = ("auto", "always", "never")
+
+
+def rule_parser() -> argparse.ArgumentParser:
+    """The parser of ``shapelint rule``."""
+    p = Parser(prog="shapelint rule",
+               description="Print a rule's documentation (what it finds, why it is slow, with the measured "
+                           "number, an example and the fix), as `ruff rule` does.")
+    p.add_argument("code", nargs="?", metavar="CODE", help="a rule code (SL501) or name (vocab-padding)")
+    p.add_argument("--all", action="store_true", help="every rule's documentation, one after the other")
+    p.add_argument("--output-format", choices=("text", "json"), default="text",
+                   help="text (the default) or json (code, name, severity, summary, explanation)")
+    p.add_argument("--rules-dir", action="append", default=[], metavar="DIR", help="load extra rule modules")
     return p
 
 
@@ -148,4 +182,5 @@ def memory_size(text: str) -> int:
     return int(m.group(1)) * UNITS[m.group(2).upper()]
 
 
-__all__ = ["Parser", "build_parser", "calibrate_parser", "clean_parser", "memory_size", "positive_count", "seconds"]
+__all__ = ["COLOR_CHOICES", "Parser", "add_ruff_flags", "build_parser", "calibrate_parser", "clean_parser", "memory_size",
+           "positive_count", "rule_parser", "seconds"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
+from typing import Any
 
 from shapelint.app.config import Config, load_config
 from shapelint.errors import ShapelintError
@@ -42,6 +43,9 @@ class Request:
     hook: bool = False
     verbose: bool = False
     debug: bool = False
+    quiet: bool = False
+    color: str = "auto"
+    show_settings: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Request:
@@ -58,7 +62,7 @@ class Request:
             show_suppressed=args.show_suppressed, plot=args.plot, skip_other_files=args.skip_other_files,
             verify=args.verify, step=args.step, fix=args.fix, diff=args.diff, unsafe_fixes=args.unsafe_fixes,
             dump_graph=args.dump_graph, list_rules=args.list_rules, no_cache=args.no_cache, cache_dir=args.cache_dir,
-            jobs=args.jobs, hook=args.hook, verbose=args.verbose, debug=args.debug,
+            jobs=args.jobs, hook=args.hook, verbose=args.verbose, debug=args.debug, **ruff_options(args),
         )
 
     @property
@@ -75,5 +79,15 @@ class Request:
     def exit_zero(self) -> bool:
         return bool(or_default(self.settings.exit_zero, "exit-zero"))
 
+    @property
+    def gemms(self) -> bool:
+        """The JSON report carries the GEMM records (``--no-gemms``, ``gemms = false``: not)."""
+        return bool(or_default(self.settings.gemms, "gemms"))
 
-__all__ = ["Request"]
+
+def ruff_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The request's fields of :func:`shapelint.app.parser.add_ruff_flags`' flags."""
+    return {"quiet": args.quiet, "color": args.color, "show_settings": args.show_settings}
+
+
+__all__ = ["Request", "ruff_options"]

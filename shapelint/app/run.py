@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shapelint.app import cached, outputs, parallel, verification
-from shapelint.app.lint_plan import Job, LintPlan, RuleSet, select_rules
+from shapelint.app.lint_plan import Job, LintPlan, RuleSet, select_infos, select_rules
 from shapelint.app.request import Request
 from shapelint.errors import ShapelintError
 
 if TYPE_CHECKING:
     from shapelint.app.cache import Replay
     from shapelint.app.cached import Session
+    from shapelint.app.rule_index import RuleInfo
     from shapelint.app.suppression import Suppression
     from shapelint.check.rule_api import Rule
     from shapelint.fix.run import Outcome as Fixing
@@ -38,9 +39,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RuleList:
-    """``--list-rules``: the selected rules."""
+    """``--list-rules``: the selected rules (:class:`~shapelint.app.rule_index.RuleInfo`)."""
 
-    rules: list[Rule]
+    rules: list[RuleInfo]
+
+    def exit_code(self) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
+class SettingsShown:
+    """``--show-settings``: the run's settings and selected rules, nothing linted."""
+
+    request: Request
+    rules: list[RuleInfo]
 
     def exit_code(self) -> int:
         return 0
@@ -93,13 +105,14 @@ class Linted:
         return self.session.done(1 if count and not exit_zero else 0, count, exit_zero)
 
 
-Outcome = RuleList | NothingToLint | Replayed | Linted
+Outcome = RuleList | SettingsShown | NothingToLint | Replayed | Linted
 
 
 def run(request: Request) -> Outcome:
     """Carry out ``request`` up to its report (see the module docstring)."""
-    if request.list_rules:  # no targets, no cache
-        return RuleList(select_rules(request.settings, request.config, request.rules_dirs).selected)
+    if request.list_rules or request.show_settings:  # no targets, no cache, no torch
+        infos = select_infos(request.settings, request.config, request.rules_dirs)
+        return RuleList(infos) if request.list_rules else SettingsShown(request, infos)
     # before the rules: loading them imports torch, a replay does not
     session = cached.start(request)
     if session.nothing_to_lint:
@@ -237,4 +250,4 @@ def target_failed(path: Path, exc: Exception) -> TargetError:
     return TargetError(str(path), text)
 
 
-__all__ = ["Linted", "NothingToLint", "Outcome", "Replayed", "RuleList", "check_outputs", "lint", "run"]
+__all__ = ["Linted", "NothingToLint", "Outcome", "Replayed", "RuleList", "SettingsShown", "check_outputs", "lint", "run"]

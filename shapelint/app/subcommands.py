@@ -1,11 +1,15 @@
-"""The two commands that lint nothing: ``shapelint calibrate`` (measure the local GPU
-into a profile for ``--gpu-profile``) and ``shapelint clean`` (delete the result cache)."""
+"""The commands that lint nothing: ``shapelint calibrate`` (measure the local GPU into a
+profile for ``--gpu-profile``), ``shapelint clean`` (delete the result cache) and
+``shapelint rule`` (a rule's documentation, read without importing torch)."""
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Sequence
 
-from shapelint.app.parser import calibrate_parser, clean_parser
+from shapelint.app import rule_index
+from shapelint.app.parser import calibrate_parser, clean_parser, rule_parser
 from shapelint.errors import ShapelintError
 
 
@@ -46,4 +50,43 @@ def clean(argv: Sequence[str]) -> int:
     return 0
 
 
-__all__ = ["calibrate", "clean"]
+def rule(argv: Sequence[str]) -> int:
+    """``shapelint rule CODE`` / ``shapelint rule --all``: the rule's documentation, as
+    ``ruff rule`` prints it (a heading, then the rule module's docstring)."""
+
+
+    args = rule_parser().parse_args(argv)
+    if bool(args.code) == args.all:
+        raise ShapelintError("shapelint rule: give a rule code (shapelint rule SL501) or --all")
+    every = rule_index.rules(args.rules_dir)
+    if args.all:
+        chosen = every
+    else:
+        found = rule_index.find(every, args.code)
+        if found is None:
+            raise ShapelintError(f"unknown rule {args.code!r} (known: {', '.join(r.code for r in every)})")
+        chosen = [found]
+    if args.output_format == "json":
+        docs = [{"code": r.code, "name": r.name, "severity": r.severity, "summary": r.summary,
+                 "explanation": _body(r.doc), "preview": False, "opt_in": r.opt_in} for r in chosen]
+        sys.stdout.write(json.dumps(docs if args.all else docs[0], indent=2) + "\n")
+        return 0
+    sys.stdout.write("\n\n".join(page(r) for r in chosen))
+    return 0
+
+
+def page(r: rule_index.RuleInfo) -> str:
+    """``# vocab-padding (SL501)``, the severity, then the documentation."""
+    opt = "; off unless selected (--extend-select " + r.code + ")" if r.opt_in else ""
+    return f"# {r.name} ({r.code})\n\nSeverity: {r.severity}{opt}\n\n{r.summary}\n\n{_body(r.doc)}\n"
+
+
+def _body(doc: str) -> str:
+    """The docstring below its summary line, dedented."""
+    import inspect
+
+    lines = inspect.cleandoc(doc).splitlines()
+    return "\n".join(lines[1:]).strip()
+
+
+__all__ = ["calibrate", "clean", "page", "rule"]

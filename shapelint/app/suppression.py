@@ -9,6 +9,7 @@ as an error (:meth:`Suppression.problems`)."""
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 
 from shapelint.app.config import module_ignored
@@ -27,28 +28,43 @@ class Suppression:
     read once per :class:`Suppression` (:class:`shapelint.locate.suppress.LineReader`)."""
 
     def __init__(self, per_module_ignores: dict[str, list[str]] | None = None,
-                 known: Collection[str] = frozenset()) -> None:
+                 known: Collection[str] = frozenset(), *, report_unused: bool = False,
+                 ran: Collection[str] = frozenset()) -> None:
         self.per_module_ignores = per_module_ignores
         self.known = known
+        self.report_unused = report_unused
+        self.ran = ran
         self.reader = suppress.LineReader()
 
     def afresh(self) -> Suppression:
         """The same suppression reading every file again (after ``--fix`` edited them)."""
-        return Suppression(self.per_module_ignores, self.known)
+        return Suppression(self.per_module_ignores, self.known, report_unused=self.report_unused, ran=self.ran)
 
     def apply(self, result: Result) -> Result:
         """``result`` without the findings a per-module ignore covers, and with those
-        an ignore comment covers marked suppressed (the step estimates follow)."""
+        an ignore comment covers marked suppressed (the step estimates follow); with
+        ``report_unused`` (``SL900`` selected), a finding for each comment that
+        suppresses nothing (they change no estimate)."""
         findings = [f for f in result.findings if not module_ignored(f, self.per_module_ignores)]
-        return with_findings(result, suppress.apply(findings, self.reader))
+        out = with_findings(result, suppress.apply(findings, self.reader))
+        if not self.report_unused:
+            return out
+        from shapelint.app.unused import unused
+
+        ran = {code for f in findings for code in (f.code, f.name)} | set(self.ran)
+        idle = unused(self._files(result), findings, ran, self.reader)
+        return replace(out, findings=[*out.findings, *idle]) if idle else out
+
+    def _files(self, result: Result) -> list[str]:
+        """The commented files of the target and of its findings' sources."""
+        files = dict.fromkeys([result.config_file or result.target,
+                               *(f.source.file for f in result.findings if f.source)])
+        return [file for file in files if Path(file).suffix.lower() in COMMENTED_SUFFIXES]
 
     def problems(self, result: Result) -> list[suppress.Problem]:
         """Malformed or unknown ignore comments in the target and the files its
         findings point at."""
-        files = dict.fromkeys([result.config_file or result.target,
-                               *(f.source.file for f in result.findings if f.source)])
-        return [problem for file in files if Path(file).suffix.lower() in COMMENTED_SUFFIXES
-                for problem in suppress.problems(file, self.known, self.reader)]
+        return [problem for file in self._files(result) for problem in suppress.problems(file, self.known, self.reader)]
 
 
 __all__ = ["Suppression"]

@@ -1,15 +1,17 @@
 """``--format json``: the machine-readable document. Its keys are a public contract
 (users' CI parses them): extend, never rename.
 
-Top level: ``gemms``, ``findings``, ``summary`` (and ``targets``, one summary each),
-``errors``: the targets that could not be linted, ``{"target": ..., "message": ...}``
-each (the run then exits 2; the other targets are reported as usual).
+Top level: ``gemms`` (left out with ``--no-gemms``), ``findings`` (each with its ``fix``:
+the edits ``--fix`` would make, or null), ``summary`` (and ``targets``, one summary
+each), ``errors``: the targets that could not be linted, ``{"target": ..., "message": ...}``
+each (the run then exits 2; the other targets are reported as usual). The schema is
+``docs/schema/report.schema.json``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shapelint.pipeline.result import Result, TargetError
@@ -63,17 +65,24 @@ def _graphs(r: Result) -> dict[str, Any] | None:
     return {**graphs.to_json(), "host_ms": round(host_ms, 4)}
 
 
+#: a finding's fix as JSON (``shapelint.fix.preview.Fix.to_json``), by (target, index in ``Result.findings``)
+Fixes = Mapping[tuple[str, int], dict[str, Any]]
+
+
 def document(results: Sequence[Result], *, show_suppressed: bool = False,
-             errors: Sequence[TargetError] = ()) -> dict[str, Any]:
-    """Suppressed findings appear (with ``"suppressed": true``) only with ``show_suppressed``."""
+             errors: Sequence[TargetError] = (), gemms: bool = True, fixes: Fixes | None = None) -> dict[str, Any]:
+    """Suppressed findings appear (with ``"suppressed": true``) only with ``show_suppressed``;
+    ``gemms`` False (``--no-gemms``) leaves the ``gemms`` key out (the summaries still count them);
+    with ``fixes``, each finding has a ``fix``: its edits, or null when ``--fix`` cannot make one."""
     many = len(results) > 1
-    gemms = [{**g.to_json(), **({"target": r.target} if many else {})} for r in results for g in r.capture.gemms]
-    findings = [{**f.to_json(), "target": r.target} for r in results for f in r.findings
-                if show_suppressed or not f.suppressed]
+    records = [{**g.to_json(), **({"target": r.target} if many else {})} for r in results for g in r.capture.gemms] \
+        if gemms else None
+    findings = [{**f.to_json(), "target": r.target, **({"fix": fixes.get((r.target, i))} if fixes is not None else {})}
+                for r in results for i, f in enumerate(r.findings) if show_suppressed or not f.suppressed]
     per = [summary(r) for r in results]
     total = dict(per[0]) if len(per) == 1 else _total(per)
-    return {"version": __version__, "gemms": gemms, "findings": findings, "summary": total, "targets": per,
-            "errors": [{"target": e.target, "message": e.message} for e in errors]}
+    return {"version": __version__, **({"gemms": records} if records is not None else {}), "findings": findings,
+            "summary": total, "targets": per, "errors": [{"target": e.target, "message": e.message} for e in errors]}
 
 
 #: the summary counts that add up over targets
@@ -109,5 +118,7 @@ def _step_total(per: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "mode": modes.pop() if len(modes) == 1 else "mixed"}
 
 
-def render(results: Sequence[Result], *, show_suppressed: bool = False, errors: Sequence[TargetError] = ()) -> str:
-    return json.dumps(document(results, show_suppressed=show_suppressed, errors=errors), indent=2) + "\n"
+def render(results: Sequence[Result], *, show_suppressed: bool = False, errors: Sequence[TargetError] = (),
+           gemms: bool = True, fixes: Fixes | None = None) -> str:
+    doc = document(results, show_suppressed=show_suppressed, errors=errors, gemms=gemms, fixes=fixes)
+    return json.dumps(doc, indent=2) + "\n"

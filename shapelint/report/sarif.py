@@ -23,12 +23,12 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
-from shapelint.check.rule_api import Rule
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Result, TargetError
+from shapelint.report.json_report import Fixes
 from shapelint.version import __version__
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -100,7 +100,27 @@ def _section(doc: str, heading: str) -> str:
     return " ".join(m.group(1).split()) if m else ""
 
 
-def rule_descriptor(rule: Rule) -> dict[str, Any]:
+class Documented(Protocol):
+    """What a rule descriptor is made of: a rule module's :class:`Rule`, or an
+    application check's ``RuleInfo`` (``SL900``)."""
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def severity(self) -> str: ...
+
+    @property
+    def doc(self) -> str: ...
+
+    @property
+    def summary(self) -> str: ...
+
+
+def rule_descriptor(rule: Documented) -> dict[str, Any]:
     doc = rule.doc.strip()
     summary = rule.summary
     full = _section(doc, "What it does") or summary
@@ -145,7 +165,24 @@ def fingerprint(f: Finding, file_uri: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def _result(f: Finding, r: Result, rule_index: int, seen: dict[str, int]) -> dict[str, Any]:
+def sarif_fix(fix: dict[str, Any]) -> dict[str, Any]:
+    """A fix (``shapelint.fix.preview.Fix.to_json``) as SARIF's ``fix``: one
+    ``artifactChange`` per file, a ``replacement`` per edit (end column exclusive)."""
+    by_file: dict[str, list[dict[str, Any]]] = {}
+    for e in fix["edits"]:
+        start, end = e["location"], e["end_location"]
+        by_file.setdefault(e["file"], []).append({
+            "deletedRegion": {"startLine": start["row"], "startColumn": start["column"],
+                              "endLine": end["row"], "endColumn": end["column"]},
+            "insertedContent": {"text": e["content"]},
+        })
+    return {"description": {"text": fix["message"]},
+            "artifactChanges": [{"artifactLocation": artifact_location(file), "replacements": replacements}
+                                for file, replacements in by_file.items()]}
+
+
+def _result(f: Finding, r: Result, rule_index: int, seen: dict[str, int],
+            fix: dict[str, Any] | None = None) -> dict[str, Any]:
     file, line = location(f, r)
     art = artifact_location(file)
     fp = fingerprint(f, art["uri"])
@@ -175,6 +212,8 @@ def _result(f: Finding, r: Result, rule_index: int, seen: dict[str, int]) -> dic
     }
     if f.suppressed:
         out["suppressions"] = [{"kind": "inSource"}]
+    if fix is not None:
+        out["fixes"] = [sarif_fix(fix)]
     return out
 
 
@@ -190,14 +229,16 @@ def invocation(errors: Sequence[TargetError]) -> dict[str, Any]:
     }
 
 
-def document(results: Sequence[Result], rules: Sequence[Rule], *,
-             show_suppressed: bool = False, errors: Sequence[TargetError] = ()) -> dict[str, Any]:
+def document(results: Sequence[Result], rules: Sequence[Documented], *, show_suppressed: bool = False,
+             errors: Sequence[TargetError] = (), fixes: Fixes | None = None) -> dict[str, Any]:
+    """The SARIF log; with ``fixes`` (by target and index in ``Result.findings``), each
+    fixable result carries its ``fixes``."""
     descriptors = [rule_descriptor(r) for r in rules]
     index = {d["id"]: i for i, d in enumerate(descriptors)}
     out: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     for r in results:
-        for f in r.findings:
+        for i, f in enumerate(r.findings):
             if f.suppressed and not show_suppressed:
                 continue
             if f.code not in index:  # a rule that ran but was not passed in
@@ -206,7 +247,7 @@ def document(results: Sequence[Result], rules: Sequence[Rule], *,
                     "id": f.code, "name": f.name, "shortDescription": {"text": f.name},
                     "defaultConfiguration": {"level": LEVELS.get(f.severity, "warning")},
                 })
-            out.append(_result(f, r, index[f.code], seen))
+            out.append(_result(f, r, index[f.code], seen, (fixes or {}).get((r.target, i))))
     return {
         "$schema": SCHEMA_URI,
         "version": "2.1.0",
@@ -225,7 +266,7 @@ def document(results: Sequence[Result], rules: Sequence[Rule], *,
     }
 
 
-def render(results: Sequence[Result], rules: Sequence[Rule], *, show_suppressed: bool = False,
-           errors: Sequence[TargetError] = ()) -> str:
-    doc = document(results, rules, show_suppressed=show_suppressed, errors=errors)
+def render(results: Sequence[Result], rules: Sequence[Documented], *, show_suppressed: bool = False,
+           errors: Sequence[TargetError] = (), fixes: Fixes | None = None) -> str:
+    doc = document(results, rules, show_suppressed=show_suppressed, errors=errors, fixes=fixes)
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

@@ -44,9 +44,21 @@ def rich_table(r: Result) -> Group:
     return Group(Text(headline(r), style="bold"), table if shown(r) else Text(verdict))
 
 
+#: Jupyter's stylesheet right-aligns table cells: a long message then reads ragged on the left
+CELL_STYLE = "text-align:left;vertical-align:top"
+#: the columns that hold a number, kept right-aligned so that their digits line up
+NUMERIC = frozenset({"saves per step"})
+
+
+def _cell(tag: str, column: str, text: str) -> str:
+    align = "text-align:right;vertical-align:top" if column in NUMERIC else CELL_STYLE
+    return f"<{tag} style=\"{align}\">{escape(text)}</{tag}>"
+
+
 def html(r: Result) -> str:
-    head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row(f)) + "</tr>" for f in shown(r))
+    head = "".join(_cell("th", c, c) for c in COLUMNS)
+    body = "".join("<tr>" + "".join(_cell("td", c, cell) for c, cell in zip(COLUMNS, row(f))) + "</tr>"
+                   for f in shown(r))
     table = (f"<table class=\"shapelint\"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
              if body else "<p>no findings</p>")
     return f"<div class=\"shapelint\"><p><b>{escape(headline(r))}</b></p>{table}</div>"

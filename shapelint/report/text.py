@@ -162,16 +162,19 @@ def gemm_table(r: Result) -> Table:
 
 
 def render(results: Sequence[Result], out: IO[str], *, verbose: bool = False, color: bool | None = None,
-           show_suppressed: bool = False) -> None:
+           show_suppressed: bool = False, quiet: bool = False) -> None:
+    """The report; ``quiet``: the findings alone (no header, summary or blank lines)."""
     console = Console(file=out, force_terminal=color, no_color=color is False, width=None if color else 120,
                       highlight=False, soft_wrap=True)
     for r in results:
-        _header(console, r)
+        if not quiet:
+            _header(console, r)
         if verbose:
             console.print(gemm_table(r))
         _findings(console, [f for f in r.findings if show_suppressed or not f.suppressed])
-        _footer(console, r)
-        console.print()
+        if not quiet:
+            _footer(console, r)
+            console.print()
 
 
 def _findings(console: Console, shown: Sequence[Finding]) -> None:
