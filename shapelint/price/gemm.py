@@ -21,19 +21,25 @@ Per GEMM (all numbers from the profile):
   of the copy bandwidth. A convolution with misaligned channels runs at
   ``conv_misaligned_efficiency`` of the aligned kernel's pace, memory-bound or not.
 
+A ``_grouped_mm`` whose operands take aten's per-group fallback (MoE experts over fp32
+weights: ``shapelint.physics.gemm_shapes.GROUPED_KERNEL_DTYPES``) is one GEMM per group,
+each its even share of the rows, launched one after another (``kernels``).
+
 Times are cached by value (the profile is hashable and frozen; repeated layers share
 shapes), never by object identity.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shapelint.hardware import Hardware
 from shapelint.model.records import ATTN_ROLES, Gemm, Work
 from shapelint.physics.alignment import gemm_alignment, input_alignment, is_aligned, output_alignment
 from shapelint.physics.attention import is_fused
+from shapelint.physics.gemm_shapes import grouped_fallback
 from shapelint.physics.quantization import quantization
 
 
@@ -101,7 +107,30 @@ def gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
     return t
 
 
+def one_group(g: Gemm, groups: int, split: str) -> Gemm:
+    """One group's GEMM of a grouped record that aten's fallback runs group by group:
+    its share of the split dimension (tokens per expert forward, ``m``; of the weight
+    gradient's contraction, ``k``), taken as even (the router's split is data)."""
+    if split == "k":
+        k = math.ceil(g.k / groups)
+        return replace(g, k=k, a=replace(g.a, cols=k), b=replace(g.b, rows=k), extra=())
+    m = math.ceil(g.m / groups)
+    return replace(g, m=m, a=replace(g.a, rows=m), out=replace(g.out, rows=m), extra=())
+
+
+def kernels(g: Gemm) -> int:
+    """The kernels a GEMM record launches: one, or one per group of aten's grouped
+    fallback (``shapelint.physics.gemm_shapes.grouped_fallback``)."""
+    fallback = grouped_fallback(g.extra)
+    return fallback[0] if fallback else 1
+
+
 def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
+    fallback = grouped_fallback(g.extra)
+    if fallback is not None:
+        groups, split = fallback
+        t = gemm_time(one_group(g, groups, split), hw)
+        return GemmTime(t.seconds * groups, t.compute_s * groups, t.memory_s * groups, t.alignment, t.tile, t.wave)
     peak, align = _rate(g, hw)
     q = quantization(g.m, g.n, g.batch, hw)
     work = CAUSAL_WORK if is_fused(g) and dict(g.extra).get("is_causal") else 1.0

@@ -49,7 +49,7 @@ from functools import cached_property
 from shapelint.hardware import Hardware
 from shapelint.model.graphs import GraphBreaks
 from shapelint.model.records import Gemm, Op, Slice
-from shapelint.price.gemm import gemm_ms
+from shapelint.price.gemm import gemm_ms, kernels
 from shapelint.price.host import Issued, between_graphs, host_costs, serialised_ms
 from shapelint.price.inductor import Fused, compiled_gemm_ms, fused_regions, transposed_made_in_graph
 from shapelint.price.kernels import MODES, OPTIMIZER_PASSES, Mode, attention_ms, memory_kernel_ms, op_ms, optimizer_ms
@@ -110,6 +110,16 @@ class Step:
     graphs: GraphBreaks | None = None
 
     @cached_property
+    def host_reads(self) -> tuple[int, ...]:
+        """Where the host waits for the GPU: the loader's and capture's syncs, and each
+        GEMM op that aten runs group by group (it copies the group offsets to the host
+        first: MoE experts in fp32), in eager and compiled steps alike (transformers'
+        compiled fallback reads them too)."""
+        grouped = (at for at, op in enumerate(self.ops)
+                   if op.kind == "gemm" and any(kernels(self.gemms[i]) > 1 for i in op.gemms))
+        return tuple(sorted({*self.syncs, *grouped}))
+
+    @cached_property
     def regions(self) -> list[Fused]:
         """The fused kernels of a compiled step (they do not depend on GEMM times)."""
         return fused_regions(self.ops)
@@ -164,7 +174,8 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
             t.add("optimizer", opt_ms, launches, len(step.params) * per_tensor_us * 1e-3)
     if extra_ms:
         t.add("side", extra_ms, 0)
-    return t.time(hw, mode, step.syncs if mode == "eager" else (), graphs_host)
+    fallback_reads = tuple(i for i in step.host_reads if i not in step.syncs)
+    return t.time(hw, mode, step.host_reads if mode == "eager" else fallback_reads, graphs_host)
 
 
 def _issue_ops(t: Timeline, step: Step, hw: Hardware, mode: Mode, gemm_times: Mapping[int, float]) -> None:
@@ -181,7 +192,8 @@ def _issue_ops(t: Timeline, step: Step, hw: Hardware, mode: Mode, gemm_times: Ma
         if op.kind == "attention" and op.gemms:
             t.add("attention", *attention_ms([step.gemms[i] for i in op.gemms], hw, mode, gemm_times))
         elif op.kind in ("gemm", "attention"):
-            t.add(op.kind, sum(record_ms(i) for i in op.gemms) if op.gemms else hw.min_gemm_us * 1e-3, 1)
+            launched = max((kernels(step.gemms[i]) for i in op.gemms), default=1)
+            t.add(op.kind, sum(record_ms(i) for i in op.gemms) if op.gemms else hw.min_gemm_us * 1e-3, launched)
         elif mode == "eager":
             t.add(op.kind, op_ms(op, hw), 1)
         else:

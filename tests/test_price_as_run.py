@@ -1,0 +1,90 @@
+"""Prices as the GPU runs the step (issue 26): MoE experts in fp32 through aten's
+per-group fallback, with its host reads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+import transformers
+
+from shapelint import hardware
+from shapelint.physics.gemm_shapes import extract, grouped_fallback
+from shapelint.pipeline.run import trace
+from shapelint.price.gemm import gemm_ms, kernels, one_group
+from shapelint.price.step import Step, step_time
+
+H100 = hardware.resolve("h100")
+
+
+# -- MoE experts -------------------------------------------------------------------------
+
+
+def _moe(experts: int = 6, top_k: int = 2, batch: int = 2, seq: int = 16) -> Any:
+    config = transformers.MixtralConfig(hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                                        num_key_value_heads=2, vocab_size=256, num_hidden_layers=1,
+                                        num_local_experts=experts, num_experts_per_tok=top_k)
+
+    def build() -> tuple[torch.nn.Module, Any]:
+        ids = torch.randint(0, 256, (batch, seq))
+        return transformers.MixtralForCausalLM(config), {"input_ids": ids, "labels": ids, "use_cache": False}
+    return build
+
+
+def test_experts_over_fp32_weights_are_recorded_in_fp32_per_expert() -> None:
+    """Transformers casts the experts' input to the fp32 master weights and autocast does
+    not cover grouped_mm: the GEMMs are fp32 (not the autocast dtype), grouped over the
+    6 experts, forward and backward."""
+    cap, _ = trace(_moe(experts=6, top_k=2), precision="bf16")
+    grouped = [g for g in cap.gemms if g.op == "_grouped_mm"]
+    # gate_up and down, forward; grad_input and grad_weight of each
+    assert sorted(g.phase for g in grouped) == ["forward"] * 2 + ["grad_input"] * 2 + ["grad_weight"] * 2
+    assert {g.dtype for g in grouped} == {"fp32"}
+    assert {grouped_fallback(g.extra) for g in grouped if g.phase != "grad_weight"} == {(6, "m")}
+    assert {grouped_fallback(g.extra) for g in grouped if g.phase == "grad_weight"} == {(6, "k")}
+    tokens = 2 * 16 * 2  # batch x seq x top-k rows
+    fwd = {(g.m, g.n, g.k) for g in grouped if g.phase == "forward"}
+    assert fwd == {(tokens, 2 * 96, 64), (tokens, 64, 96)}
+    # the other GEMMs of the step stay in the autocast dtype
+    assert {g.dtype for g in cap.gemms if g.op != "_grouped_mm"} == {"bf16"}
+
+
+def test_bf16_experts_run_the_grouped_kernel() -> None:
+    """bf16 operands take CUTLASS's grouped kernel: one record, one kernel, no host read."""
+    a = torch.empty(512, 64, dtype=torch.bfloat16, device="meta")
+    b = torch.empty(8, 64, 96, dtype=torch.bfloat16, device="meta")
+    out = torch.empty(512, 96, dtype=torch.bfloat16, device="meta")
+    (s,) = extract("_grouped_mm", (a, b, None), {}, out)
+    assert (s.m, s.n, s.k, s.batch, s.extra) == (512, 96, 64, 1, ())
+    (f,) = extract("_grouped_mm", (a.float(), b.float(), None), {}, out.float())
+    assert grouped_fallback(f.extra) == (8, "m")
+
+
+def test_a_fallback_record_is_priced_as_one_gemm_per_group() -> None:
+    cap, _ = trace(_moe(experts=6, top_k=2), precision="bf16")
+    g = next(g for g in cap.gemms if g.op == "_grouped_mm" and g.phase == "forward")
+    one = one_group(g, 6, "m")
+    assert (one.m, one.n, one.k, one.a.rows, one.out.rows) == (math.ceil(64 / 6), g.n, g.k, 11, 11)
+    assert gemm_ms(g, H100) == pytest.approx(6 * gemm_ms(one, H100))
+    assert kernels(g) == 6 and kernels(replace(g, extra=())) == 1
+    w = next(g for g in cap.gemms if g.op == "_grouped_mm" and g.phase == "grad_weight")
+    assert one_group(w, 6, "k").k == math.ceil(w.k / 6)
+
+
+def test_the_step_waits_for_the_host_at_each_fallback_call() -> None:
+    """aten copies the group offsets to the host before the per-group GEMMs: each
+    fallback call is a host read, eager and compiled; the GEMM op launches one kernel
+    per expert."""
+    cap, _ = trace(_moe(experts=6, top_k=2), precision="bf16")
+    step = Step(cap.gemms, cap.ops, cap.params, syncs=cap.syncs)
+    calls = [i for i, op in enumerate(cap.ops) if op.kind == "gemm"
+             and any(cap.gemms[j].op == "_grouped_mm" for j in op.gemms)]
+    assert len(calls) == 6 and set(calls) <= set(step.host_reads)
+    eager = step_time(step, H100, "eager")
+    assert eager.syncs == len(step.host_reads)
+    plain = Step([replace(g, extra=()) for g in cap.gemms], cap.ops, cap.params, syncs=cap.syncs)
+    assert eager.kernels - step_time(plain, H100, "eager").kernels == 6 * (6 - 1)
+    assert step_time(step, H100, "compile").syncs == len(calls)
