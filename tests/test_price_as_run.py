@@ -1,10 +1,12 @@
 """Prices as the GPU runs the step (issue 26): MoE experts in fp32 through aten's
-per-group fallback, with its host reads."""
+per-group fallback, with its host reads; host-bound steps as a range over hosts."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +17,8 @@ from shapelint import hardware
 from shapelint.physics.gemm_shapes import extract, grouped_fallback
 from shapelint.pipeline.run import trace
 from shapelint.price.gemm import gemm_ms, kernels, one_group
-from shapelint.price.step import Step, step_time
+from shapelint.price.step import Step, Timeline, step_time
+from tests._cli_helpers import run
 
 H100 = hardware.resolve("h100")
 
@@ -61,6 +64,11 @@ def test_bf16_experts_run_the_grouped_kernel() -> None:
     assert (s.m, s.n, s.k, s.batch, s.extra) == (512, 96, 64, 1, ())
     (f,) = extract("_grouped_mm", (a.float(), b.float(), None), {}, out.float())
     assert grouped_fallback(f.extra) == (8, "m")
+    # a grouped convolution's record (its extra names its groups too) is one kernel
+    x, w = torch.empty(2, 64, 8, 8, device="meta"), torch.empty(64, 16, 3, 3, device="meta")
+    (conv,) = extract("convolution", (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 4), {},
+                      torch.empty(2, 64, 8, 8, device="meta"))
+    assert dict(conv.extra)["groups"] == 4 and grouped_fallback(conv.extra) is None
 
 
 def test_a_fallback_record_is_priced_as_one_gemm_per_group() -> None:
@@ -88,3 +96,54 @@ def test_the_step_waits_for_the_host_at_each_fallback_call() -> None:
     plain = Step([replace(g, extra=()) for g in cap.gemms], cap.ops, cap.params, syncs=cap.syncs)
     assert eager.kernels - step_time(plain, H100, "eager").kernels == 6 * (6 - 1)
     assert step_time(step, H100, "compile").syncs == len(calls)
+
+
+# -- host-bound steps: a range over measured hosts ----------------------------------------
+
+
+def _timeline(gpu_ms: float, host_ms: float) -> Timeline:
+    t = Timeline(per_kernel_us=0.0)
+    t.add("gemm", gpu_ms, 0, host_ms)
+    return t
+
+
+def test_a_host_bound_step_is_a_range_over_measured_hosts() -> None:
+    st = H100.step
+    assert (st.host_speed_fastest, st.host_speed_slowest) == (0.7, 1.35)
+    t = _timeline(gpu_ms=20.0, host_ms=40.0).time(H100, "eager", (), 0.0)
+    assert t.ms == 40.0 and t.bound == "host"
+    assert t.ms_range == pytest.approx((28.0, 54.0))
+    # the fastest host would make it GPU-bound: the GPU's time is the floor
+    t = _timeline(gpu_ms=35.0, host_ms=40.0).time(H100, "eager", (), 0.0)
+    assert t.ms_range == pytest.approx((35.0, 54.0))
+    # GPU-bound on every measured host: one number
+    t = _timeline(gpu_ms=100.0, host_ms=40.0).time(H100, "eager", (), 0.0)
+    assert t.ms_range == (100.0, 100.0)
+    assert t.to_json()["step_ms_range"] == [100.0, 100.0]
+
+
+def test_a_calibrated_host_narrows_the_range() -> None:
+    from shapelint.measure.calibrate import CALIBRATED_HOST_BAND, host_table
+
+    table = host_table(H100, 0.6, None)
+    assert table["host_us_per_kernel"] == pytest.approx(0.6 * H100.step.host_us_per_kernel)
+    assert (table["host_speed_fastest"], table["host_speed_slowest"]) == CALIBRATED_HOST_BAND
+    calibrated = replace(H100, step=replace(H100.step, **table))
+    t = _timeline(gpu_ms=20.0, host_ms=40.0).time(calibrated, "eager", (), 0.0)
+    assert t.ms_range == pytest.approx((34.0, 46.0))
+
+
+def test_the_range_is_in_the_json_summary_and_the_text_line(tmp_path: Path, capsys: Any) -> None:
+    target = tmp_path / "model.py"
+    target.write_text(
+        "import torch\n"
+        "def shapelint_model(batch=4, seq=8):\n"
+        "    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(8)])\n"
+        "    return model, torch.randn(batch * seq, 64)\n")
+    doc = json.loads(run(["--no-cache", "--no-isolate", "--format", "json", target], capsys)[1])
+    low, high = doc["summary"]["step_ms_range"]
+    assert doc["summary"]["step"]["bound"] == "host"
+    assert low == pytest.approx(0.7 * doc["summary"]["step_ms"], rel=0.02)
+    assert high == pytest.approx(1.35 * doc["summary"]["step_ms"], rel=0.02)
+    text = run(["--no-cache", "--no-isolate", target], capsys)[1]
+    assert f"({low:.1f}–{high:.1f} ms by host)" in text

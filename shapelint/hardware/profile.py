@@ -55,6 +55,12 @@ class StepProfile:
     #: it computes (the forward draws the mask, the backward draws it again), picoseconds;
     #: 0 where not measured
     attention_dropout_ps: float
+    #: the host costs above are one typical host's; hosts differ: the fastest and the
+    #: slowest measured host take these fractions of them (a host-bound step's estimate
+    #: is a range, ``shapelint.price.step.StepTime.ms_range``). ``shapelint calibrate``
+    #: measures its own host and writes the narrow band one host keeps between runs
+    host_speed_fastest: float
+    host_speed_slowest: float
 
 
 STEP_KEYS = tuple(StepProfile.__dataclass_fields__)

@@ -300,14 +300,14 @@ def grouped_fallback(g_extra: Sequence[tuple[str, object]]) -> tuple[int, str] |
     """(groups, the dimension split over them: ``m`` or ``k``) of a ``_grouped_mm``
     record that runs aten's per-group fallback, else None."""
     extra = dict(g_extra)
-    groups = extra.get("groups")
+    groups = extra.get("expert_groups")
     return (int(groups), str(extra.get("split", "m"))) if isinstance(groups, int) else None
 
 
 def _fallback_extra(op: str, a: Any, b: Any, groups: int, split: str) -> tuple[tuple[str, object], ...]:
     if op != "_grouped_mm" or (str(a.dtype) in GROUPED_KERNEL_DTYPES and str(b.dtype) in GROUPED_KERNEL_DTYPES):
         return ()
-    return (("groups", groups), ("split", split))
+    return (("expert_groups", groups), ("split", split))
 
 
 def _grouped_mm(op: str, a: Any, b: Any, out: Any, offs: Any = None) -> list[GemmShape]:

@@ -74,6 +74,10 @@ class StepTime:
     #: host time of the graphs beyond one forward and one backward graph and of the ops
     #: run eagerly between them (``between_graphs``; compile mode, where probed)
     graphs_host_ms: float = 0.0
+    #: the step on the fastest and the slowest measured host (the profile's
+    #: ``host_speed_fastest`` / ``host_speed_slowest``): one number where the GPU bounds
+    #: the step on both, a range where the host does
+    ms_range: tuple[float, float] = (0.0, 0.0)
 
     @property
     def bound(self) -> str:
@@ -88,6 +92,7 @@ class StepTime:
             "step_ms": round(self.ms, 4), "gpu_ms": round(self.gpu_ms, 4), "host_ms": round(self.host_ms, 4),
             "gemm_ms": round(self.gemm_ms, 4), "kernels": self.kernels, "mode": self.mode, "bound": self.bound,
             "by_class": {k: round(v, 4) for k, v in self.by_class}, "host_syncs": self.syncs,
+            "step_ms_range": [round(v, 4) for v in self.ms_range],
         }
 
 
@@ -150,14 +155,23 @@ class Timeline:
         self.issued.append((ms, launched, launched * self.per_kernel_us * 1e-3 + host_ms))
 
     def time(self, hw: Hardware, mode: Mode, syncs: tuple[int, ...], graphs_host: float) -> StepTime:
-        """The step: the larger of GPU and host time, or the timeline through the host's waits."""
+        """The step: the larger of GPU and host time, or the timeline through the host's
+        waits; and the same on the fastest and the slowest measured host."""
         kernels = sum(n for _, n, _ in self.issued)
         gpu = sum(self.classes.values()) + kernels * hw.step.kernel_gap_us * 1e-3
         host = sum(h for _, _, h in self.issued)
-        ms = serialised_ms(self.issued, syncs, hw.step.kernel_gap_us) if syncs else max(gpu, host)
         gemm = self.classes.get("gemm", 0.0) + self.classes.get("attention", 0.0)
+        low, ms, high = (self._ms(gpu, syncs, hw, speed)
+                         for speed in (hw.step.host_speed_fastest, 1.0, hw.step.host_speed_slowest))
         return StepTime(ms, gpu, host, gemm, kernels, mode, tuple(sorted(self.classes.items())), len(syncs),
-                        graphs_host)
+                        graphs_host, (min(low, ms), max(high, ms)))
+
+    def _ms(self, gpu: float, syncs: tuple[int, ...], hw: Hardware, host_speed: float) -> float:
+        """The step on a host that takes ``host_speed`` times the profile's host time."""
+        issued = self.issued if host_speed == 1.0 else [(k, n, h * host_speed) for k, n, h in self.issued]
+        if syncs:
+            return serialised_ms(issued, syncs, hw.step.kernel_gap_us)
+        return max(gpu, sum(h for _, _, h in issued))
 
 
 def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw",
