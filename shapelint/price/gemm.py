@@ -118,15 +118,21 @@ def one_group(g: Gemm, groups: int, split: str) -> Gemm:
     return replace(g, m=m, a=replace(g.a, rows=m), out=replace(g.out, rows=m), extra=())
 
 
+def _fallback(g: Gemm) -> tuple[int, str] | None:
+    """(groups, split) where aten runs ``g`` group by group: a ``_grouped_mm`` whose
+    operands are not bf16 (a finding that puts them in bf16 gets the grouped kernel)."""
+    return grouped_fallback(g.extra) if g.dtype != "bf16" else None
+
+
 def kernels(g: Gemm) -> int:
     """The kernels a GEMM record launches: one, or one per group of aten's grouped
     fallback (``shapelint.physics.gemm_shapes.grouped_fallback``)."""
-    fallback = grouped_fallback(g.extra)
+    fallback = _fallback(g)
     return fallback[0] if fallback else 1
 
 
 def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
-    fallback = grouped_fallback(g.extra)
+    fallback = _fallback(g)
     if fallback is not None:
         groups, split = fallback
         t = gemm_time(one_group(g, groups, split), hw)

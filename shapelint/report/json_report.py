@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from shapelint.physics.kernels import scan_note
 from shapelint.pipeline.result import Result, TargetError
 from shapelint.version import __version__
 
@@ -36,6 +37,7 @@ def summary(r: Result) -> dict[str, Any]:
         "suppressed": sum(1 for f in r.findings if f.suppressed),
         **_step(r),
         **({"step_verification": r.step_verification.to_json()} if r.step_verification is not None else {}),
+        **({"ssm_kernels": note} if (note := scan_note(op.name for op in r.capture.ops)) else {}),
     }
 
 

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from shapelint.model.locations import ConfigLocation
 from shapelint.model.records import Finding
+from shapelint.physics.kernels import scan_note
 from shapelint.pipeline.result import Result
 from shapelint.price.step import StepTime
 from shapelint.report.verification import finding_line
@@ -203,6 +204,9 @@ def _footer(console: Console, r: Result) -> None:
     graphs = graphs_line(r)
     if graphs:
         console.print(f"  {graphs}", style="dim", highlight=False)
+    scans = scan_note(op.name for op in r.capture.ops)
+    if scans:
+        console.print(f"  {scans}", style="dim", highlight=False)
     console.print(f"  {gemm_line(r)}", style="dim", highlight=False)
     if r.step_verification is not None:
         from shapelint.report.verification import report_lines
