@@ -93,6 +93,14 @@ class Hardware:
     #: operands reach (each transpose reads and writes the tensor once)
     conv_transpose_efficiency: float
     memory_efficiency: float
+    #: fractions of the copy bandwidth memory-bound convolution kernels reach, by the
+    #: kernel each layout gets (``shapelint.physics.conv_kernels``): cuDNN's implicit GEMMs
+    #: and cuBLASLt's 1x1 GEMMs; PyTorch's own depthwise kernel (NCHW) and cuDNN's NHWC
+    #: one; cuDNN's channels-last grouped kernels whose group width is not a multiple of 64
+    conv_memory_efficiency: float
+    depthwise_nchw_efficiency: float
+    depthwise_nhwc_efficiency: float
+    grouped_nhwc_efficiency: float
     min_gemm_us: float
     attention_efficiency: float
     gemm_efficiency: float

@@ -39,6 +39,7 @@ from shapelint.hardware import Hardware
 from shapelint.model.records import ATTN_ROLES, Gemm, Work
 from shapelint.physics.alignment import gemm_alignment, input_alignment, is_aligned, output_alignment
 from shapelint.physics.attention import is_fused
+from shapelint.physics.conv_kernels import call_of, conv_kernel, grouped_width_fast, transposes
 from shapelint.physics.gemm_shapes import grouped_fallback
 from shapelint.physics.quantization import quantization
 
@@ -137,22 +138,55 @@ def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
         groups, split = fallback
         t = gemm_time(one_group(g, groups, split), hw)
         return GemmTime(t.seconds * groups, t.compute_s * groups, t.memory_s * groups, t.alignment, t.tile, t.wave)
+    if g.role == "conv":
+        return _conv_time(g, hw)
     peak, align = _rate(g, hw)
     q = quantization(g.m, g.n, g.batch, hw)
     work = CAUSAL_WORK if is_fused(g) and dict(g.extra).get("is_causal") else 1.0
     compute = g.flops * work / (peak * align * q.tile * q.wave)
     bw = hw.bandwidth * hw.memory_efficiency
     memory = g.min_bytes / bw
-    if g.role == "conv":
-        # cuDNN's kernels for misaligned channels load narrower vectors: slower on both roofs
-        memory /= align
-        copies = g.copy_bytes / (hw.bandwidth * hw.conv_transpose_efficiency)
-    else:
-        if align < 1 and g.role not in ATTN_ROLES:  # narrower vector loads: the memory-bound rate falls too
-            memory /= hw.misalignment_efficiency(g.dtype_bytes, gemm_alignment(g, hw), memory=True)
-        copies = g.copy_bytes / bw
+    if align < 1 and g.role not in ATTN_ROLES:  # narrower vector loads: the memory-bound rate falls too
+        memory /= hw.misalignment_efficiency(g.dtype_bytes, gemm_alignment(g, hw), memory=True)
+    copies = g.copy_bytes / bw
     seconds = max(compute, memory, hw.min_gemm_us * 1e-6) + copies
     return GemmTime(seconds, compute, memory, align, q.tile, q.wave)
+
+
+def conv_memory_efficiency(g: Gemm, hw: Hardware) -> tuple[float, bool]:
+    """(the fraction of the copy bandwidth a convolution's kernel reaches memory-bound,
+    whether it transposes NCHW operands) by the kernel its layout gets
+    (``shapelint.physics.conv_kernels``)."""
+    call = call_of(g)
+    nchw = any(op.copied for op in (g.a, g.b, g.out))
+    kernel = conv_kernel(call) if call is not None else "implicit_gemm"
+    if kernel == "depthwise":
+        eff = hw.depthwise_nchw_efficiency if nchw else hw.depthwise_nhwc_efficiency
+    elif kernel == "grouped" and not nchw and call is not None and not grouped_width_fast(call):
+        eff = hw.grouped_nhwc_efficiency
+    else:
+        eff = hw.conv_memory_efficiency
+    return eff, nchw and transposes(kernel)
+
+
+def _conv_time(g: Gemm, hw: Hardware) -> GemmTime:
+    """A convolution's GEMM: the implicit GEMM's compute roof (a depthwise one on the CUDA
+    cores, one channel per group), its memory roof at its kernel's rate, and cuDNN's
+    transposes of NCHW operands. cuDNN's kernels for misaligned channels load narrower
+    vectors: slower on both roofs."""
+    eff, transposing = conv_memory_efficiency(g, hw)
+    call = call_of(g)
+    if call is not None and call.depthwise:
+        peak, align, tile, wave = hw.peak_tflops("fp32") * 1e12, 1.0, 1.0, 1.0
+    else:
+        peak, align = _rate(g, hw)
+        q = quantization(g.m, g.n, g.batch, hw)
+        tile, wave = q.tile, q.wave
+    compute = g.flops / (peak * align * tile * wave)
+    memory = g.min_bytes / (hw.bandwidth * eff) / align
+    copies = g.copy_bytes / (hw.bandwidth * hw.conv_transpose_efficiency) if transposing else 0.0
+    seconds = max(compute, memory, hw.min_gemm_us * 1e-6) + copies
+    return GemmTime(seconds, compute, memory, align, tile, wave)
 
 
 def gemm_times(gemms: Iterable[Gemm], hw: Hardware) -> tuple[GemmTime, ...]:
