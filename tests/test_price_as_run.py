@@ -147,3 +147,42 @@ def test_the_range_is_in_the_json_summary_and_the_text_line(tmp_path: Path, caps
     assert high == pytest.approx(1.35 * doc["summary"]["step_ms"], rel=0.02)
     text = run(["--no-cache", "--no-isolate", target], capsys)[1]
     assert f"({low:.1f}–{high:.1f} ms by host)" in text
+
+
+# -- T5: a position bias that needs its gradient -------------------------------------------
+
+
+def _t5() -> Any:
+    config = transformers.T5Config(vocab_size=256, d_model=64, d_kv=16, d_ff=128, num_layers=1, num_decoder_layers=1,
+                                   num_heads=4, relative_attention_num_buckets=8, decoder_start_token_id=0,
+                                   pad_token_id=0)
+
+    def build() -> tuple[torch.nn.Module, Any]:
+        ids = torch.randint(0, 256, (2, 32))
+        model = transformers.T5ForConditionalGeneration._from_config(config, attn_implementation="sdpa")
+        return model, {"input_ids": ids, "labels": ids}
+    return build
+
+
+def test_a_position_bias_gradient_is_written_expanded_and_summed() -> None:
+    """T5's learned bias reaches SDPA as a mask that needs its gradient: cuDNN refuses
+    it; the fused kernel writes the gradient at [B, H, Tq, Tk] (priced), and autograd
+    sums it to the bias's [1, H, Tq, Tk] (a recorded reduction)."""
+    from shapelint.physics.attention import bias_grad_bytes
+    from shapelint.price.kernels import attention_ms
+
+    cap, _ = trace(_t5(), precision="bf16")
+    biased = [g for g in cap.gemms if g.op.startswith("sdpa") and dict(g.extra).get("bias_grad")]
+    assert biased and {dict(g.extra)["kernel"] for g in biased} <= {"efficient", "math"}
+    assert {dict(g.extra)["bias_grad"] for g in biased} == {4}  # the bias is fp32
+    scores = next(g for g in biased if g.role == "attn_scores" and g.phase != "forward")
+    assert bias_grad_bytes(scores) == 2 * 4 * 32 * 32 * 4
+    sums = [op for op in cap.ops if op.name == "sum" and op.backward and op.bytes >= bias_grad_bytes(scores)]
+    assert sums
+    call = [g for g in cap.gemms if g.op.startswith("sdpa") and g.phase != "forward"
+            and dict(g.extra).get("bias_grad") and g.module == scores.module][:4]
+    plain = [replace(g, extra=tuple((k, v) for k, v in g.extra if k != "bias_grad")) for g in call]
+    extra_ms = attention_ms(call, H100, "eager")[0] - attention_ms(plain, H100, "eager")[0]
+    assert extra_ms == pytest.approx(max(bias_grad_bytes(scores) / (H100.memory_bandwidth_gbps * 1e9
+                                                                   * H100.step.elementwise_efficiency),
+                                         H100.step.min_kernel_us * 1e-6) * 1e3)

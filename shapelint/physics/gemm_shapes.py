@@ -380,6 +380,9 @@ def _fused_attention(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> 
     first = 4 if name == FUSED_ATTENTION else 5  # where is_causal is
     extra = _attention_extra(bool(_arg(args, kwargs, first, "is_causal")), str(_arg(args, kwargs, first + 2, "kernel")),
                              _arg(args, kwargs, first + 3, "compiled"), _arg(args, kwargs, first + 4, "dropout_p"))
+    mask = _arg(args, kwargs, first - 1, "attn_mask")
+    if getattr(mask, "requires_grad", False) and mask.is_floating_point():
+        extra += (("bias_grad", mask.element_size()),)  # a position bias that needs its gradient
     shapes = _sdpa("sdpa", *args[:3]) if name == FUSED_ATTENTION else _sdpa_backward("sdpa", *args[:4])
     return [replace(s, extra=extra) for s in shapes]
 
