@@ -186,3 +186,29 @@ def test_a_position_bias_gradient_is_written_expanded_and_summed() -> None:
     assert extra_ms == pytest.approx(max(bias_grad_bytes(scores) / (H100.memory_bandwidth_gbps * 1e9
                                                                    * H100.step.elementwise_efficiency),
                                          H100.step.min_kernel_us * 1e-6) * 1e3)
+
+
+# -- small batched GEMMs ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, head, measured_ms", [
+    ("qk", 64, 0.2455), ("pv", 64, 0.2315), ("qk", 104, 0.2740), ("pv", 104, 0.2349), ("qk", 128, 0.2718),
+    ("pv", 128, 0.2488), ("qk", 100, 0.7699), ("pv", 100, 0.4062),
+])
+def test_batched_gemms_stream_near_the_copy_rate(kind: str, head: int, measured_ms: float) -> None:
+    """bmm of 96 x 2048 x 2048 scores with head dims 64-128 (H200, bf16,
+    shared/data/gemm_truth.json): memory-bound at batched_memory_efficiency (they were
+    priced 1.6-2.0x slow at a plain GEMM's rate), and head dim 100 (8-byte rows) as
+    QKᵀ (K misaligned) 2.8x, as PV (V's rows misaligned) 1.7x the aligned time."""
+    from shapelint.model.records import Gemm, Operand
+
+    h200 = hardware.resolve("h200")
+    m = n = k = 2048
+    if kind == "qk":
+        k = head
+        a, b = Operand(m, k, k, batch_stride=m * k), Operand(k, n, k, transposed=True, batch_stride=n * k)
+    else:
+        n = head
+        a, b = Operand(m, k, k, batch_stride=m * k), Operand(k, n, n, batch_stride=k * n)
+    g = Gemm(0, "bmm", "forward", m, n, k, 96, "bf16", a, b, Operand(m, n, n, batch_stride=m * n), "attn", "Attention")
+    assert gemm_ms(g, h200) == pytest.approx(measured_ms, rel=0.2)

@@ -93,6 +93,9 @@ class Hardware:
     #: operands reach (each transpose reads and writes the tensor once)
     conv_transpose_efficiency: float
     memory_efficiency: float
+    #: the same for a batched GEMM (``bmm``: attention written by hand, relative-position
+    #: terms), whose traffic is mostly its output, streamed near the copy rate
+    batched_memory_efficiency: float
     #: fractions of the copy bandwidth memory-bound convolution kernels reach, by the
     #: kernel each layout gets (``shapelint.physics.conv_kernels``): cuDNN's implicit GEMMs
     #: and cuBLASLt's 1x1 GEMMs; PyTorch's own depthwise kernel (NCHW) and cuDNN's NHWC

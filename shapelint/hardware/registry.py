@@ -93,6 +93,7 @@ def _hardware(doc: dict[str, Any], arch: dict[str, Any], key: str, file: str) ->
         attention_misaligned_efficiency=inherited("attention_misaligned_efficiency"),
         conv_transpose_efficiency=inherited("conv_transpose_efficiency"),
         memory_efficiency=inherited("memory_efficiency"),
+        batched_memory_efficiency=inherited("batched_memory_efficiency"),
         conv_memory_efficiency=inherited("conv_memory_efficiency"),
         depthwise_nchw_efficiency=inherited("depthwise_nchw_efficiency"),
         depthwise_nhwc_efficiency=inherited("depthwise_nhwc_efficiency"),

@@ -4,6 +4,8 @@ Per GEMM (all numbers from the profile):
 
     compute = flops / (peak(dtype) · alignment · tile · wave)
     memory  = min_bytes / (bandwidth · memory_efficiency · misaligned_memory_efficiency)
+              (a batched GEMM: batched_memory_efficiency, and with a misaligned K the
+              input table's fraction)
     time    = max(compute, memory, min_gemm) + copies
 
 - ``peak(dtype)``: the rate a large aligned GEMM reaches (measured or datasheet x
@@ -145,9 +147,13 @@ def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
     work = CAUSAL_WORK if is_fused(g) and dict(g.extra).get("is_causal") else 1.0
     compute = g.flops * work / (peak * align * q.tile * q.wave)
     bw = hw.bandwidth * hw.memory_efficiency
-    memory = g.min_bytes / bw
+    batched = g.batch > 1 and g.role not in ATTN_ROLES
+    memory = g.min_bytes / (hw.bandwidth * hw.batched_memory_efficiency if batched else bw)
     if align < 1 and g.role not in ATTN_ROLES:  # narrower vector loads: the memory-bound rate falls too
-        memory /= hw.misalignment_efficiency(g.dtype_bytes, gemm_alignment(g, hw), memory=True)
+        if batched and (g.k * g.dtype_bytes) % hw.alignment_bytes:  # a misaligned contraction: both inputs
+            memory /= align
+        else:
+            memory /= hw.misalignment_efficiency(g.dtype_bytes, gemm_alignment(g, hw), memory=True)
     copies = g.copy_bytes / bw
     seconds = max(compute, memory, hw.min_gemm_us * 1e-6) + copies
     return GemmTime(seconds, compute, memory, align, q.tile, q.wave)

@@ -14,7 +14,6 @@ from shapelint.model.locations import ConfigLocation
 from shapelint.model.records import Finding
 from shapelint.physics.kernels import scan_note
 from shapelint.pipeline.result import Result
-from shapelint.price.step import StepTime
 from shapelint.report.verification import finding_line
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -48,15 +47,15 @@ def step_line(r: Result) -> str:
     what = "training step" if r.training else "inference step"
     bound = ", host-bound" if before.bound == "host" else ""
     speedup = before.ms / after.ms if after.ms else 1.0
-    return (f"{what} (est., {r.hardware.key}, {before.mode}{bound}): {before.ms:.1f} ms{host_range(before)} → "
+    hosts = host_range(*before.ms_range, before.ms)
+    return (f"{what} (est., {r.hardware.key}, {before.mode}{bound}): {before.ms:.1f} ms{hosts} → "
             f"{after.ms:.1f} ms ({speedup:.2f}×); GEMMs {100 * before.gemm_share:.0f}% of it")
 
 
-def host_range(t: StepTime) -> str:
+def host_range(low: float, high: float, ms: float) -> str:
     """`` (41.2–79.5 ms by host)``: where the host bounds the step on some measured
     host, the step from the fastest to the slowest; nothing where the GPU bounds it."""
-    low, high = t.ms_range
-    if high - low < 0.005 * t.ms:
+    if high - low < 0.005 * ms:
         return ""
     return f" ({low:.1f}–{high:.1f} ms by host)"
 
