@@ -212,3 +212,35 @@ def test_batched_gemms_stream_near_the_copy_rate(kind: str, head: int, measured_
         a, b = Operand(m, k, k, batch_stride=m * k), Operand(k, n, n, batch_stride=k * n)
     g = Gemm(0, "bmm", "forward", m, n, k, 96, "bf16", a, b, Operand(m, n, n, batch_stride=m * n), "attn", "Attention")
     assert gemm_ms(g, h200) == pytest.approx(measured_ms, rel=0.2)
+
+
+# -- a compiled step estimated slower than eager says why -------------------------------------
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(1024, 3 * 1024)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).view(8, 2048, 3, 16, 64).permute(2, 0, 3, 1, 4)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def test_a_compiled_step_slower_than_eager_says_why() -> None:
+    """A vision-encoder-like call transformers gives a mask under torch.compile (the
+    loader says so through ``compile_builds_mask``): PyTorch's math kernel, fp32 scores."""
+    from shapelint.capture.sdpa import compile_builds_mask
+    from shapelint.price import StepModel
+
+    token = compile_builds_mask.set(True)
+    try:
+        cap, _ = trace(lambda: (_Attention(), torch.randn(8, 2048, 1024)), precision="bf16")
+    finally:
+        compile_builds_mask.reset(token)
+    step = Step(cap.gemms, cap.ops, cap.params)
+    compiled, eager = StepModel(step, H100, "compile"), StepModel(step, H100, "eager")
+    assert compiled.before.ms > eager.before.ms
+    assert compiled.before.note.startswith("compiled, this step is estimated slower than eager")
+    assert "passes 1 attention call an explicit mask" in compiled.before.note
+    assert eager.before.note == "" and compiled.before.to_json()["note"] == compiled.before.note

@@ -78,6 +78,9 @@ class StepTime:
     #: ``host_speed_fastest`` / ``host_speed_slowest``): one number where the GPU bounds
     #: the step on both, a range where the host does
     ms_range: tuple[float, float] = (0.0, 0.0)
+    #: why a compiled step is estimated slower than the same step eager ("" otherwise;
+    #: ``shapelint.price.saving.StepModel``)
+    note: str = ""
 
     @property
     def bound(self) -> str:
@@ -93,6 +96,7 @@ class StepTime:
             "gemm_ms": round(self.gemm_ms, 4), "kernels": self.kernels, "mode": self.mode, "bound": self.bound,
             "by_class": {k: round(v, 4) for k, v in self.by_class}, "host_syncs": self.syncs,
             "step_ms_range": [round(v, 4) for v in self.ms_range],
+            **({"note": self.note} if self.note else {}),
         }
 
 

@@ -203,6 +203,8 @@ def _footer(console: Console, r: Result) -> None:
     graphs = graphs_line(r)
     if graphs:
         console.print(f"  {graphs}", style="dim", highlight=False)
+    if r.step_time is not None and r.step_time.note:
+        console.print(f"  {r.step_time.note}", style="dim", highlight=False)
     scans = scan_note(op.name for op in r.capture.ops)
     if scans:
         console.print(f"  {scans}", style="dim", highlight=False)
