@@ -96,6 +96,11 @@ def test_the_step_waits_for_the_host_at_each_fallback_call() -> None:
     plain = Step([replace(g, extra=()) for g in cap.gemms], cap.ops, cap.params, syncs=cap.syncs)
     assert eager.kernels - step_time(plain, H100, "eager").kernels == 6 * (6 - 1)
     assert step_time(step, H100, "compile").syncs == len(calls)
+    # compiled, transformers' fallback loops over the experts in Python: eager launches
+    python = 6 * 6 * (H100.step.host_us_per_kernel - H100.step.compile_host_us_per_kernel) * 1e-3
+    compiled_plain = step_time(plain, H100, "compile")
+    assert step_time(step, H100, "compile").host_ms == pytest.approx(
+        compiled_plain.host_ms + python + 6 * 5 * H100.step.compile_host_us_per_kernel * 1e-3)
 
 
 # -- host-bound steps: a range over measured hosts ----------------------------------------

@@ -211,7 +211,10 @@ def _issue_ops(t: Timeline, step: Step, hw: Hardware, mode: Mode, gemm_times: Ma
             t.add("attention", *attention_ms([step.gemms[i] for i in op.gemms], hw, mode, gemm_times))
         elif op.kind in ("gemm", "attention"):
             launched = max((kernels(step.gemms[i]) for i in op.gemms), default=1)
-            t.add(op.kind, sum(record_ms(i) for i in op.gemms) if op.gemms else hw.min_gemm_us * 1e-3, launched)
+            # compiled, transformers' per-expert fallback is a Python loop: eager launches
+            python = (hw.step.host_us_per_kernel - t.per_kernel_us) * 1e-3 * launched if launched > 1 else 0.0
+            t.add(op.kind, sum(record_ms(i) for i in op.gemms) if op.gemms else hw.min_gemm_us * 1e-3, launched,
+                  python if mode == "compile" else 0.0)
         elif mode == "eager":
             t.add(op.kind, op_ms(op, hw), 1)
         else:
