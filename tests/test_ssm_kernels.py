@@ -5,13 +5,13 @@ per-token GEMM records."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections import Counter
 from typing import Any
 
 import pytest
 import torch
-import transformers
 
 from shapelint import hardware
 from shapelint.capture.precision import to_precision
@@ -89,4 +89,5 @@ def test_on_real_tensors_the_stand_ins_run_the_recurrence() -> None:
     out = ssm_kernels.causal_conv1d_fn(x, w, None, activation="silu")
     first = torch.nn.functional.silu(x[:, :, 0] * w[:, -1])
     assert torch.allclose(out[:, :, 0], first, atol=1e-6)
-    assert transformers.__version__  # the stand-ins are what transformers imported
+    # transformers' availability checks can ask importlib about them
+    assert importlib.util.find_spec("mamba_ssm") is not None and importlib.util.find_spec("causal_conv1d") is not None

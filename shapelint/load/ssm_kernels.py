@@ -28,6 +28,7 @@ left to transformers' chunked torch path, which has no per-token loop.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import math
 import sys
 import types
@@ -295,6 +296,8 @@ def mamba_inner_fn(xz: Tensor, conv1d_weight: Tensor, conv1d_bias: Tensor | None
 def _module(name: str, **attrs: Any) -> types.ModuleType:
     mod = types.ModuleType(name, "shapelint's stand-in for the CUDA package of this name (fake tensors only)")
     mod.__dict__.update(attrs)
+    # a spec, so that importlib.util.find_spec (transformers' availability checks) answers
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
     mod.__shapelint_stand_in__ = True  # type: ignore[attr-defined]
     return mod
 
