@@ -165,10 +165,12 @@ def conv_memory_efficiency(g: Gemm, hw: Hardware) -> tuple[float, bool]:
     (``shapelint.physics.conv_kernels``)."""
     call = call_of(g)
     nchw = any(op.copied for op in (g.a, g.b, g.out))
-    kernel = conv_kernel(call) if call is not None else "implicit_gemm"
+    if call is None:  # no recorded geometry (a record made by hand): a plain GEMM's rate
+        return hw.memory_efficiency, nchw
+    kernel = conv_kernel(call)
     if kernel == "depthwise":
         eff = hw.depthwise_nchw_efficiency if nchw else hw.depthwise_nhwc_efficiency
-    elif kernel == "grouped" and not nchw and call is not None and not grouped_width_fast(call):
+    elif kernel == "grouped" and not nchw and not grouped_width_fast(call):
         eff = hw.grouped_nhwc_efficiency
     else:
         eff = hw.conv_memory_efficiency
