@@ -116,9 +116,15 @@ def main(argv: list[str] | None = None) -> int:
         if needs and not args.estimate_only and importlib.util.find_spec(needs) is None:
             print(f"{name:22s} skipped: {needs} is not installed (the GPU would run transformers' slow path)")
             continue
-        ests = {mode: estimate(target, batch, seq, mode, args.gpu, args.gpu_profile) for mode in MODES}
         started = time.perf_counter()
-        measured: dict[str, float] = {} if args.estimate_only else measure(target, batch, seq, args.rounds, args.steps)
+        try:
+            ests = {mode: estimate(target, batch, seq, mode, args.gpu, args.gpu_profile) for mode in MODES}
+            measured: dict[str, float] = ({} if args.estimate_only
+                                          else measure(target, batch, seq, args.rounds, args.steps))
+        except Exception as exc:  # noqa: BLE001 - one model's failure is a row, not the end of the run
+            print(f"{name:22s} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            rows.append({"model": name, "error": f"{type(exc).__name__}: {exc}"[:500], "checks": why})
+            continue
         for mode in MODES:
             r = row(name, mode, ests[mode], measured.get(mode), why)
             r["seconds"] = round(time.perf_counter() - started, 1)
