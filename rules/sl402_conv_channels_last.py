@@ -1,40 +1,39 @@
 """Convolutions run on NCHW tensors, which the tensor cores cannot read directly.
 
 ## What it does
-Finds the convolutions of the step (forward, grad-input, grad-weight) whose
+Finds the 2-D convolutions of the step (forward, grad-input, grad-weight) whose
 activations are in PyTorch's default NCHW layout (``torch.contiguous_format``)
-while their GEMMs run on the tensor cores (bf16, fp16, tf32). cuDNN's tensor-core
-kernels work on NHWC (channels-last) data, so each kernel (forward, grad-input,
-grad-weight) transposes the NCHW activations and gradients it reads or writes. The
-estimate charges each such transpose a read and a write of the tensor at the
-profile's ``conv_transpose_efficiency`` of the copy bandwidth, and drops them
-after the fix (``model.to(memory_format=torch.channels_last)`` and channels-last
-inputs). It reports one finding for the model (the fix is one line), covering
-every such convolution.
+while they run in bf16, fp16 or tf32, and prices each by the kernel its layout gets
+(``shapelint.physics.conv_kernels``): cuDNN's NHWC kernels transpose every NCHW
+activation they read or write (a read and a write at ``conv_transpose_efficiency``
+of the copy bandwidth); a depthwise convolution runs PyTorch's own NCHW kernel
+against cuDNN's NHWC one (``depthwise_nchw_efficiency`` against
+``depthwise_nhwc_efficiency``); a large 1x1 convolution runs as cuBLASLt GEMMs on
+NCHW without transposes (nothing to gain); a grouped one whose group width is not a
+multiple of 64 runs slower channels-last (``grouped_nhwc_efficiency``), which the
+estimate counts against the gain. The fix is
+``model.to(memory_format=torch.channels_last)`` and channels-last inputs; one
+finding for the model covers every such convolution.
 
 Convolutions whose channel counts are not 16-byte multiples are left to SL401:
 there channels-last alone was measured to gain nothing (below); pad first. A
 stem's few input channels (``in_channels <= 4``) do not count as misaligned
-(SL401's exception): a channels-last stem was measured faster. Depthwise
-convolutions (one channel per group) run no tensor-core GEMM and are skipped, and
-so are 1-D and 3-D ones: ``torch.channels_last`` is a 4-D format (a ``Conv1d``'s
+(SL401's exception): a channels-last stem was measured faster. 1-D and 3-D
+convolutions are skipped: ``torch.channels_last`` is a 4-D format (a ``Conv1d``'s
 activations have none; wav2vec2's feature encoder measured 1.00x).
 
 ## Why is this bad?
-Every transpose reads and writes the whole activation. Measured (H200, torch 2.11,
-bf16, batch 64, forward + backward, GPU kernel time): ``Conv2d(64, 64, 3)`` at
-56x56 takes 0.368 ms in NCHW against 0.239 ms channels-last (1.54x);
-``Conv2d(128, 128, 3)`` at 28x28 0.225 ms against 0.182 ms (1.23x); a 3-channel
-stem ``Conv2d(3, 64, 3, stride=2)`` at 224x224 0.805 ms against 0.654 ms (1.23x).
-The example ConvNet's misaligned channels (30, 60, 100) step in 0.447 ms either
-way; padded to 32, 64, 104, in 0.382 ms NCHW and 0.300 ms channels-last. On H100
-and H200 the examples below measure 2.18x, 2.03x and 1.48x, estimated 2.09x,
-1.90x and 1.56x (H200 profile). The transposes cost what the estimate charges
-(0.56-0.84 of the copy bandwidth; ``conv_transpose_efficiency`` 0.8), but where
-cuDNN's own kernels run far from the roofline (up to 3x, a 3-channel stem 10x,
-slower than the estimate puts them) the estimate overstates the gain: 2.09x,
-1.68x and 1.68x estimated against the 1.54x, 1.23x and 1.23x measured above. The
-runs are in docs/benchmarks.md.
+Every transpose reads and writes the whole activation, and PyTorch's NCHW
+depthwise kernel runs at a third of cuDNN's NHWC rate. Measured (H100, torch 2.11,
+cuDNN 9.19, bf16, batch 64, forward + backward, GPU kernel time; estimated with
+the H100 profile in brackets): ``Conv2d(64, 64, 3)`` at 56x56 1.59x (1.47x); a
+1x1 ``Conv2d(1024, 256)`` at 14x14 1.56x (1.47x); at 56x56 a 1x1 ``Conv2d(256,
+64)`` 1.00x (1.00x); depthwise 3x3 with 144 channels at 72x72 2.86x (3.06x), 5x5
+with 288 at 36x36 3.22x (3.06x); grouped 3x3 with 56 channels per group 0.75x
+(0.50x), with 64 per group 1.21x (1.47x). The example ConvNet's misaligned
+channels (30, 60, 100) step in 0.447 ms either way (H200); padded to 32, 64, 104,
+in 0.382 ms NCHW and 0.300 ms channels-last. The runs are in docs/benchmarks.md
+and docs/step-model.md.
 
 ## Example
 ```python
@@ -77,6 +76,9 @@ BAD = [
     # measured 1.48x
     Example("nn.Conv2d(128, 128, 3, padding=1)", "torch.randn(64, 128, 28, 28)", dtype="tf32",
             expect={"to": "channels_last"}, min_speedup=1.1),
+    # depthwise: PyTorch's own NCHW kernel against cuDNN's NHWC one, measured 2.86x (H100)
+    Example("nn.Conv2d(144, 144, 3, padding=1, groups=144)", "torch.randn(64, 144, 72, 72).requires_grad_()",
+            expect={"to": "channels_last"}, min_speedup=2.0),
 ]
 GOOD = [
     Example("nn.Conv2d(64, 64, 3, padding=1)",
@@ -85,8 +87,8 @@ GOOD = [
     Example("nn.Conv2d(64, 64, 3, padding=1)", "torch.randn(64, 64, 56, 56)", dtype="fp32"),
     # misaligned channels: pad first (SL401); channels-last alone does not help them
     Example("nn.Conv2d(30, 60, 3, padding=1)", "torch.randn(64, 30, 56, 56)"),
-    # depthwise: no tensor-core GEMM to feed
-    Example("nn.Conv2d(64, 64, 3, padding=1, groups=64)", "torch.randn(64, 64, 56, 56)"),
+    # a large 1x1 runs as cuBLASLt GEMMs on NCHW tensors: nothing to gain (measured 1.00x)
+    Example("nn.Conv2d(256, 64, 1)", "torch.randn(64, 256, 56, 56)"),
     # 1-D: no channels-last format for 3-D tensors
     Example("nn.Conv1d(512, 512, 3, stride=2)", "torch.randn(8, 512, 16000)"),
     Example("nn.Linear(1024, 4096)", "torch.randn(4096, 1024)"),
@@ -108,7 +110,7 @@ def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> It
     flagged: list[tuple[ConvCall, list[Gemm]]] = []
     for call, members in conv_calls(gemms):
         g = members[0]
-        if not hardware.uses_tensor_cores(g.dtype) or not _nchw(members) or call.depthwise or call.spatial_dims != 2:
+        if not hardware.uses_tensor_cores(g.dtype) or not _nchw(members) or call.spatial_dims != 2:
             continue
         if misaligned_channels(call, hardware.align_elems(g.dtype_bytes)):
             continue  # SL401: pad first

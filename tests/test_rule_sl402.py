@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+import pytest
 import torch
 from _rules import run_rule
 from shapelint.rules import sl402_conv_channels_last as sl402
 from torch import nn
 
-from shapelint.check.rule_api import Rule, RuleContext
+from shapelint.check.rule_api import RuleContext
 from shapelint.hardware import resolve
-from shapelint.pipeline.examples import run_example
 from shapelint.pipeline.run import trace
 from shapelint.price.gemm import total_ms
 
@@ -54,16 +52,45 @@ def test_nchw_conv_runs_channels_last_after_the_fix() -> None:
     ref, _ = run(conv("nn.Conv2d(64, 64, 3, padding=1)", (64, 64, 56, 56), channels_last=True))
     assert [shape_of(g) for g in f.after] == [shape_of(g) for g in ref.gemms]
     assert abs(f.est_ms_after - sum(f.gemm_ms_after)) < 1e-12
-    assert 1.5 < f.est_speedup < 2.5  # measured 2.18x (an earlier H200 run: 1.54x, 0.368 ms vs 0.239 ms)
+    # profiled forward + backward kernel time: 1.59x on an H100 (0.430 vs 0.271 ms), 1.54x on an
+    # H200 (0.368 vs 0.239 ms); --verify, timing each GEMM's call alone, measured 2.18x
+    assert 1.35 < f.est_speedup < 1.7
 
 
 def test_grouped_conv_transposes_each_tensor_once() -> None:
     _, (f,) = run(conv("nn.Conv2d(64, 64, 3, padding=1)", (64, 64, 56, 56)))
-    cap, (grouped,) = run(conv("nn.Conv2d(64, 64, 3, padding=1, groups=4)", (64, 64, 56, 56)))
+    cap, grouped = run(conv("nn.Conv2d(64, 64, 3, padding=1, groups=4)", (64, 64, 56, 56)))
     fwd = cap.gemms[0]
     # each group's GEMM reads its 16 of the 64 channels (ld 64): over the 4 groups, x once
     assert (fwd.batch, fwd.n, fwd.a.cols, fwd.a.ld, fwd.a.batch_stride) == (4, 16, 16, 64, 16)
-    assert grouped.fact("copy_bytes") == f.fact("copy_bytes") == 6 * 2 * 64 * 56 * 56 * 64 * 2
+    assert sum(g.copy_bytes for g in cap.gemms) == f.fact("copy_bytes") == 6 * 2 * 64 * 56 * 56 * 64 * 2
+    # cuDNN's channels-last grouped kernels of a width not a multiple of 64 are slower than
+    # NCHW with its transposes (measured 0.75x at 56 per group): nothing to report
+    assert grouped == []
+
+
+def test_conv_kernels_by_layout_match_the_h100_measurements() -> None:
+    """NCHW over channels-last, forward + backward kernel time, bf16, batch 64 (H100,
+    torch 2.11, cuDNN 9.19, issue 26): within 25% but for grouped 3x3 at 56 per group,
+    where channels-last measured 0.75x and is estimated slower still (0.50x)."""
+    cases = [  # (module, spatial, measured NCHW / channels-last)
+        ("nn.Conv2d(256, 64, 1)", 56, 1.00), ("nn.Conv2d(232, 56, 1)", 36, 0.96),
+        ("nn.Conv2d(1024, 256, 1)", 14, 1.56), ("nn.Conv2d(2048, 512, 1)", 7, 1.60),
+        ("nn.Conv2d(144, 144, 3, padding=1, groups=144)", 72, 2.86),
+        ("nn.Conv2d(288, 288, 5, padding=2, groups=288)", 36, 3.22),
+        ("nn.Conv2d(448, 448, 3, padding=1, groups=7)", 28, 1.21),
+        ("nn.Conv2d(64, 64, 3, padding=1)", 56, 1.59), ("nn.Conv2d(128, 32, 3, padding=1)", 28, 1.35),
+        ("nn.Conv2d(224, 224, 3, padding=1, groups=4)", 56, 0.75),
+    ]
+    errors = []
+    for module, size, measured in cases:
+        channels = eval(module, {"nn": nn}).in_channels
+        nchw, _ = run(conv(module, (64, channels, size, size)))
+        nhwc, _ = run(conv(module, (64, channels, size, size), channels_last=True))
+        estimated = total_ms(nchw.gemms, H100) / total_ms(nhwc.gemms, H100)
+        errors.append(estimated / measured - 1)
+    assert all(abs(e) < 0.25 for e in errors[:-1]), errors
+    assert -0.4 < errors[-1] < 0
 
 
 def test_one_finding_for_the_model_stem_included() -> None:
@@ -74,20 +101,13 @@ def test_one_finding_for_the_model_stem_included() -> None:
     assert f.message.startswith("2 convolutions (0, 2) run on NCHW tensors")
     assert {cap.gemms[i].module for i in f.gemms} == {"0", "2"}
     assert all(not op.copied for g in f.after for op in (g.a, g.b, g.out))
-    assert 1.6 < f.est_speedup < 2.4  # measured 2.03x
+    assert 1.3 < f.est_speedup < 1.8  # --verify measured 2.03x (each GEMM's call alone)
     # the stem gains less than the 64 -> 128 convolution (measured 1.23x alone on an H200; the
-    # estimate, 1.67x, overstates it: cuDNN's 3-channel kernels run far below the memory roofline)
+    # estimate, 1.35x, is near it)
     stem = [cap.gemms[i] for i in f.gemms if cap.gemms[i].module == "0"]
     assert [g.phase for g in stem] == ["forward", "grad_weight"]  # the image needs no gradient
     stem_gain = total_ms(stem, H100) / total_ms([sl402.channels_last(g) for g in stem], H100)
-    assert 1.2 < stem_gain < 1.8 < f.est_speedup
-
-
-def test_examples_on_the_h200_profile_match_measured_gains() -> None:
-    # channels-last gains measured for the BAD examples: 2.18x, 2.03x, 1.48x
-    for example, measured in zip(sl402.BAD, (2.18, 2.03, 1.48)):
-        (f,) = run_example(Rule.from_module(sl402), replace(example, gpu="h200"))
-        assert abs(f.est_speedup / measured - 1) < 0.12, (example.model, f.est_speedup)
+    assert 1.1 < stem_gain < f.est_speedup
 
 
 def test_not_flagged() -> None:
@@ -95,5 +115,13 @@ def test_not_flagged() -> None:
     assert run(conv("nn.Conv2d(64, 64, 3, padding=1)", (64, 64, 56, 56)), dtype="fp32")[1] == []
     # misaligned channels: SL401's (channels-last alone measured no faster there)
     assert run(conv("nn.Conv2d(30, 60, 3, padding=1)", (64, 30, 56, 56)))[1] == []
-    assert run(conv("nn.Conv2d(64, 64, 3, padding=1, groups=64)", (64, 64, 56, 56)))[1] == []  # depthwise
+    # a 1x1 over 56x56 runs as cuBLASLt GEMMs on NCHW tensors (measured 1.00x)
+    assert run(conv("nn.Conv2d(256, 64, 1)", (64, 256, 56, 56)))[1] == []
+
+
+def test_depthwise_convolutions_gain_the_most() -> None:
+    """PyTorch's own NCHW depthwise kernel against cuDNN's NHWC one: measured 2.86x."""
+    _, (f,) = run(conv("nn.Conv2d(144, 144, 3, padding=1, groups=144)", (64, 144, 72, 72)))
+    assert abs(f.est_speedup / 2.86 - 1) < 0.15
+    assert f.est_speedup == pytest.approx(H100.depthwise_nhwc_efficiency / H100.depthwise_nchw_efficiency, rel=0.02)
     assert run(lambda: (nn.Linear(1024, 4096), torch.randn(4096, 1024)))[1] == []

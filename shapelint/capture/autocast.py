@@ -7,8 +7,12 @@ step computes or moves, shapelint registers AutocastCPU kernels that do what CUD
 autocast does (``aten/src/ATen/autocast_mode.cpp``, ``TORCH_LIBRARY_IMPL(aten,
 AutocastCUDA, m)``, torch 2.11):
 
-- ``_grouped_mm`` (MoE experts) runs in the autocast dtype (``lower_precision_fp``);
-  CPU autocast leaves it alone, and the kernel refuses fp32 operands.
+- ``_grouped_mm`` (MoE experts) is in neither CUDA list: it runs in its operands'
+  dtype. Transformers casts the experts' input to the weight dtype, so over fp32
+  master weights the experts run in fp32 (aten's per-group fallback,
+  ``shapelint.physics.gemm_shapes.GROUPED_KERNEL_DTYPES``). PyTorch's meta kernel
+  refuses the fp32 operands CUDA accepts, so shapelint registers one that takes
+  them (``GROUPED_MM_META``).
 - softmax, log_softmax, pow, exp, log, rsqrt, layer_norm and the other ops of the
   ``fp32`` list run in fp32: eager attention's probabilities, GPT-2's tanh-GELU
   (``pow(x, 3)`` and everything after it) and norms move twice the bytes of bf16.
@@ -24,8 +28,9 @@ from typing import Any
 
 import torch
 
-#: ops CUDA autocast casts to the autocast dtype and CPU autocast does not
-LOWER_PRECISION_OPS: tuple[str, ...] = ("_grouped_mm",)
+#: ops CUDA autocast casts to the autocast dtype and CPU autocast does not (none now:
+#: ``_grouped_mm`` is not among them, whatever older shapelint assumed)
+LOWER_PRECISION_OPS: tuple[str, ...] = ()
 #: ops CUDA autocast runs in fp32 and CPU autocast does not (overload names)
 FP32_OPS: tuple[str, ...] = (
     "_softmax", "softmax.int", "_log_softmax", "log_softmax.int", "pow.Tensor_Scalar", "pow.Tensor_Tensor",
@@ -65,6 +70,13 @@ def _fp32(op: Any) -> Callable[..., Any]:
     return kernel
 
 
+def _grouped_mm_meta(mat_a: Any, mat_b: Any, offs: Any = None, bias: Any = None, out_dtype: Any = None) -> Any:
+    """``_grouped_mm``'s output as CUDA gives it for any floating operands: the bf16
+    grouped kernel's, or the per-group fallback's in the operands' dtype."""
+    from torch._meta_registrations import _create_grouped_mm_output_tensor
+    return _create_grouped_mm_output_tensor(mat_a, mat_b, offs, out_dtype or mat_a.dtype)
+
+
 def install() -> None:
     """Register the kernels (idempotent)."""
     global _library
@@ -77,4 +89,5 @@ def install() -> None:
             lib.impl(name, _lower(_op(name)), "AutocastCPU")
         for name in FP32_OPS:
             lib.impl(name, _fp32(_op(name)), "AutocastCPU")
+        lib.impl("_grouped_mm", _grouped_mm_meta, "Meta")
     _library = lib

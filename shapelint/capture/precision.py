@@ -65,9 +65,9 @@ def autocast_context(precision: str) -> Any:
     """Autocast to a 16-bit precision, as a mixed-precision step runs: GEMMs run in it
     whatever their inputs' dtype (an explicit ``.float()`` included)."""
     dtype = PRECISIONS[precision]
+    autocast.install()  # also the meta kernels an fp32 step needs
     if dtype not in (torch.bfloat16, torch.float16):
         return contextlib.nullcontext()
-    autocast.install()
     return torch.autocast("cpu", dtype=dtype)
 
 

@@ -146,7 +146,8 @@ def _attention_backward(grad: torch.Tensor, query: torch.Tensor, key: torch.Tens
         out = torch.ops.aten.scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, scale=scale, enable_gqa=True)
         wrt = [q, k, v] + ([mask] if mask is not None and mask.requires_grad else [])
         grads = torch.autograd.grad(out, wrt, grad)
-    return grads[0], grads[1], grads[2], grads[3] if len(grads) > 3 else query.new_empty(0)
+    dmask = grads[3].expand(_expanded(query, key, grads[3])).contiguous() if len(grads) > 3 else query.new_empty(0)
+    return grads[0], grads[1], grads[2], dmask
 
 
 @_attention_backward.register_fake
@@ -154,13 +155,20 @@ def _attention_backward_fake(grad: torch.Tensor, query: torch.Tensor, key: torch
                              attn_mask: torch.Tensor | None, is_causal: bool, scale: float | None, kernel: str,
                              compiled: str = "", dropout_p: float = 0.0
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    dmask = (torch.empty_like(attn_mask) if attn_mask is not None and _mask_needs_grad(attn_mask)
+    dmask = (attn_mask.new_empty(_expanded(query, key, attn_mask)) if attn_mask is not None and _mask_needs_grad(attn_mask)
              else query.new_empty(0))
     return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value), dmask
 
 
 def _mask_needs_grad(mask: torch.Tensor | None) -> bool:
     return mask is not None and mask.is_floating_point() and mask.requires_grad
+
+
+def _expanded(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor) -> tuple[int, ...]:
+    """The shape the fused kernels write a mask's gradient at: [B, H, Tq, Tk], whatever
+    the mask broadcasts (``_efficient_attention_backward``'s ``grad_bias``); autograd
+    then sums it down to the mask's shape (a reduction the capture records)."""
+    return (*query.shape[:-2], int(query.shape[-2]), int(key.shape[-2]))
 
 
 def _attention_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
@@ -173,7 +181,9 @@ def _attention_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) ->
 def _attention_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     query, key, value, attn_mask = ctx.saved_tensors
     dq, dk, dv, dmask = torch.ops.shapelint.fused_attention_backward(grad, query, key, value, attn_mask, *ctx.options)
-    return (dq, dk, dv, dmask if ctx.mask_grad else None) + (None,) * len(ctx.options)
+    if not ctx.mask_grad:
+        return (dq, dk, dv, None) + (None,) * len(ctx.options)
+    return (dq, dk, dv, dmask.sum_to_size(attn_mask.shape)) + (None,) * len(ctx.options)
 
 
 _attention.register_autograd(_attention_grad, setup_context=_attention_setup)

@@ -55,6 +55,12 @@ class StepProfile:
     #: it computes (the forward draws the mask, the backward draws it again), picoseconds;
     #: 0 where not measured
     attention_dropout_ps: float
+    #: the host costs above are one typical host's; hosts differ: the fastest and the
+    #: slowest measured host take these fractions of them (a host-bound step's estimate
+    #: is a range, ``shapelint.price.step.StepTime.ms_range``). ``shapelint calibrate``
+    #: measures its own host and writes the narrow band one host keeps between runs
+    host_speed_fastest: float
+    host_speed_slowest: float
 
 
 STEP_KEYS = tuple(StepProfile.__dataclass_fields__)
@@ -87,6 +93,17 @@ class Hardware:
     #: operands reach (each transpose reads and writes the tensor once)
     conv_transpose_efficiency: float
     memory_efficiency: float
+    #: the same for a batched GEMM (``bmm``: attention written by hand, relative-position
+    #: terms), whose traffic is mostly its output, streamed near the copy rate
+    batched_memory_efficiency: float
+    #: fractions of the copy bandwidth memory-bound convolution kernels reach, by the
+    #: kernel each layout gets (``shapelint.physics.conv_kernels``): cuDNN's implicit GEMMs
+    #: and cuBLASLt's 1x1 GEMMs; PyTorch's own depthwise kernel (NCHW) and cuDNN's NHWC
+    #: one; cuDNN's channels-last grouped kernels whose group width is not a multiple of 64
+    conv_memory_efficiency: float
+    depthwise_nchw_efficiency: float
+    depthwise_nhwc_efficiency: float
+    grouped_nhwc_efficiency: float
     min_gemm_us: float
     attention_efficiency: float
     gemm_efficiency: float

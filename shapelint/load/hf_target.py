@@ -12,6 +12,7 @@ import torch
 
 from shapelint.capture.recorder import RecordingFakeMode
 from shapelint.files import read_text
+from shapelint.load import ssm_kernels
 from shapelint.load.compile_probe import PROBE_TOKENS, probe_hf
 from shapelint.load.documents import int_lines, read_json
 from shapelint.load.fake import construction_sites, meta_to_fake
@@ -38,6 +39,7 @@ def load_hf_config(path: Path, *, batch: int | None = None, seq: int | None = No
 
 def load_hf_document(doc: dict[str, Any], where: str, *, batch: int | None, seq: int | None) -> Loaded:
     """The config ``doc`` (from ``where``) as a loaded target on fake tensors."""
+    ssm_kernels.install()  # before a modeling module is imported: the SSM kernels a GPU runs
     transformers, config = build_config(doc, where)
     defined_at: dict[int, Source] = {}
     with construction_sites(defined_at), torch.device("meta"):

@@ -286,11 +286,20 @@ def host_speed(compiled: bool, hw: Hardware, steps: int = 20) -> float:
     return round(statistics.median(host) / modelled, 3) if modelled > 0 else 1.0
 
 
+#: the band one measured host keeps around its own host costs between runs (the range a
+#: calibrated profile prices host-bound steps with, instead of the spread over hosts):
+#: SmolLM's host-bound eager step took 102.7 and 125.5 ms in one session on one H100
+#: host (docs/data/host_level_h100.json), about 15% either side of their middle
+CALIBRATED_HOST_BAND = (0.85, 1.15)
+
+
 def host_table(hw: Hardware, eager_speed: float, compile_speed: float | None) -> dict[str, float]:
-    """``hw``'s host costs scaled by the measured speeds (the step table's host keys)."""
+    """``hw``'s host costs scaled by the measured speeds (the step table's host keys),
+    and the narrow band a measured host keeps (``CALIBRATED_HOST_BAND``)."""
     st = hw.step
     out = {"host_us_per_kernel": round(st.host_us_per_kernel * eager_speed, 2),
-           "host_us_per_tensor": round(st.host_us_per_tensor * eager_speed, 2)}
+           "host_us_per_tensor": round(st.host_us_per_tensor * eager_speed, 2),
+           "host_speed_fastest": CALIBRATED_HOST_BAND[0], "host_speed_slowest": CALIBRATED_HOST_BAND[1]}
     if compile_speed is not None:
         out.update({"compile_host_us_per_kernel": round(st.compile_host_us_per_kernel * compile_speed, 2),
                     "compile_host_us_per_tensor": round(st.compile_host_us_per_tensor * compile_speed, 2),

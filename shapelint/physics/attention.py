@@ -179,6 +179,16 @@ def keep_width(d: int, heads: int, align: int) -> tuple[int, int] | None:
     return hidden // best, best
 
 
+def bias_grad_bytes(scores: Gemm) -> int:
+    """Bytes a fused kernel's backward writes for the gradient of an additive mask that
+    needs one (T5's learned position bias): ``_efficient_attention_backward`` writes
+    ``grad_bias`` at the expanded [B, H, Tq, Tk] shape in the mask's dtype, whatever the
+    mask broadcasts (autograd then sums it to the mask's shape, an op of its own). None
+    of it where the mask needs no gradient."""
+    element = dict(scores.extra).get("bias_grad")
+    return scores.batch * scores.m * scores.n * int(element) if isinstance(element, int) else 0
+
+
 def softmax_traffic_bytes(score_elems: int, dtype_bytes: int, training: bool) -> int:
     """Bytes the softmax passes over a materialised score matrix move (forward, and
     backward when training)."""

@@ -286,18 +286,46 @@ def _sdpa_backward(op: str, grad: Any, q: Any, k: Any, v: Any) -> list[GemmShape
     ]
 
 
-def _grouped_mm(op: str, a: Any, b: Any, out: Any) -> list[GemmShape]:
+#: operand dtypes for which CUDA's ``_grouped_mm`` runs one grouped (CUTLASS) kernel on
+#: sm90/sm100 (``aten/src/ATen/native/cuda/GroupedBlas.cpp``); any other dtype takes
+#: ``_grouped_mm_fallback``: the offsets are copied to the host (a sync) and each group
+#: runs its own ``mm``. Transformers casts the experts' input to the weight dtype and
+#: CUDA autocast does not cover ``_grouped_mm``, so experts over fp32 master weights
+#: run that fallback in fp32 (measured on an H100: 40 fp32 GEMMs and 3 host copies for
+#: 8 experts forward and backward, 5x the bf16 grouped kernels' time)
+GROUPED_KERNEL_DTYPES = frozenset({"torch.bfloat16"})
+
+
+def grouped_fallback(g_extra: Sequence[tuple[str, object]]) -> tuple[int, str] | None:
+    """(groups, the dimension split over them: ``m`` or ``k``) of a ``_grouped_mm``
+    record that runs aten's per-group fallback, else None."""
+    extra = dict(g_extra)
+    groups = extra.get("expert_groups")
+    return (int(groups), str(extra.get("split", "m"))) if isinstance(groups, int) else None
+
+
+def _fallback_extra(op: str, a: Any, b: Any, groups: int, split: str) -> tuple[tuple[str, object], ...]:
+    if op != "_grouped_mm" or (str(a.dtype) in GROUPED_KERNEL_DTYPES and str(b.dtype) in GROUPED_KERNEL_DTYPES):
+        return ()
+    return (("expert_groups", groups), ("split", split))
+
+
+def _grouped_mm(op: str, a: Any, b: Any, out: Any, offs: Any = None) -> list[GemmShape]:
     """``_grouped_mm`` of mixture-of-experts layers: tokens [T, K] x experts [G, K, N].
     Tokens per expert are data dependent, so the record carries all T rows with
-    batch = 1 (the FLOPs are exact; the per-expert split is not)."""
+    batch = 1 (the FLOPs are exact; the per-expert split is not). Where the operands
+    take aten's per-group fallback (not bf16), ``extra`` says over how many groups and
+    which dimension the fallback splits (``grouped_fallback``)."""
     if a.dim() == 2 and b.dim() == 3:
         t, kk = int(a.shape[0]), int(a.shape[1])
         n = int(b.shape[2])
-        return [GemmShape(op, t, n, kk, 1, _mat2d(a), _mat3d(b), _mat2d(_first(out)))]
+        extra = _fallback_extra(op, a, b, int(b.shape[0]), "m")
+        return [GemmShape(op, t, n, kk, 1, _mat2d(a), _mat3d(b), _mat2d(_first(out)), extra=extra)]
     if a.dim() == 3 and b.dim() == 3:
         return _bmm(op, a, b, out)
-    # 2D x 2D (weight gradient, grouped over K): [N, T] x [T, K]
-    return _mm(op, a, b, out)
+    # 2D x 2D (weight gradient, grouped over K): [N, T] x [T, K], one group per offset
+    groups = int(offs.shape[0]) if offs is not None and hasattr(offs, "shape") else 1
+    return [replace(s, extra=_fallback_extra(op, a, b, groups, "k")) for s in _mm(op, a, b, out)]
 
 
 def _flag(args: Sequence[Any], kwargs: dict[str, Any], index: int, key: str) -> bool:
@@ -317,7 +345,8 @@ def extract(name: str, args: Sequence[Any], kwargs: dict[str, Any], out: Any) ->
     if name == "baddbmm":
         return _bmm(name, args[1], args[2], out)
     if name in ("_grouped_mm", "_scaled_grouped_mm"):
-        return _grouped_mm(name, args[0], args[1], out)
+        offs = _arg(args, kwargs, 2, "offs") if name == "_grouped_mm" else None
+        return _grouped_mm(name, args[0], args[1], out, offs)
     if name == "convolution":
         transposed = bool(args[6]) if len(args) > 6 else bool(kwargs.get("transposed", False))
         groups = int(args[8]) if len(args) > 8 else int(kwargs.get("groups", 1))
@@ -351,6 +380,9 @@ def _fused_attention(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> 
     first = 4 if name == FUSED_ATTENTION else 5  # where is_causal is
     extra = _attention_extra(bool(_arg(args, kwargs, first, "is_causal")), str(_arg(args, kwargs, first + 2, "kernel")),
                              _arg(args, kwargs, first + 3, "compiled"), _arg(args, kwargs, first + 4, "dropout_p"))
+    mask = _arg(args, kwargs, first - 1, "attn_mask")
+    if getattr(mask, "requires_grad", False) and mask.is_floating_point():
+        extra += (("bias_grad", mask.element_size()),)  # a position bias that needs its gradient
     shapes = _sdpa("sdpa", *args[:3]) if name == FUSED_ATTENTION else _sdpa_backward("sdpa", *args[:4])
     return [replace(s, extra=extra) for s in shapes]
 

@@ -11,7 +11,7 @@ of an input (a gather reads the rows an index names, not the whole table).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from shapelint.model.records import KernelClass
 
@@ -61,7 +61,22 @@ REDUCTION: frozenset[str] = frozenset({
     "adaptive_avg_pool2d", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "upsample_nearest2d",
     "upsample_bilinear2d", "upsample_nearest2d_backward", "upsample_bilinear2d_backward",
     "nonzero", "unique", "_unique2", "bincount", "histc",
+    *("selective_scan", "selective_scan_backward", "rms_norm", "rms_norm_backward"),  # SCAN, mamba_ssm's norms
 })
+
+#: the fused SSM scans shapelint's stand-ins record (``shapelint.load.ssm_kernels``):
+#: mamba_ssm's selective scan walks each channel's tokens with a block scan and an exp2
+#: per state element, so it is priced as a row reduction by its bytes (not measured:
+#: mamba_ssm was not on the H100 image; ``benchmarks/real_model_steps.py`` times it)
+SCAN: frozenset[str] = frozenset({"selective_scan", "selective_scan_backward"})
+#: what a report says where a capture holds them
+SCAN_NOTE = ("SSM mixers priced as mamba_ssm's fused kernels (selective scan, causal conv1d, RMS norms), as a GPU "
+             "step runs them: the CPU trace ran shapelint's stand-ins, not transformers' per-token fallback loop")
+
+
+def scan_note(op_names: Iterable[str]) -> str | None:
+    """:data:`SCAN_NOTE` where a capture's ops include a fused SSM scan, else None."""
+    return SCAN_NOTE if any(name in SCAN for name in op_names) else None
 
 
 #: ops that read their largest input only where an index points (a gather): embedding

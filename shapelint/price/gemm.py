@@ -4,6 +4,8 @@ Per GEMM (all numbers from the profile):
 
     compute = flops / (peak(dtype) · alignment · tile · wave)
     memory  = min_bytes / (bandwidth · memory_efficiency · misaligned_memory_efficiency)
+              (a batched GEMM: batched_memory_efficiency, and with a misaligned K the
+              input table's fraction)
     time    = max(compute, memory, min_gemm) + copies
 
 - ``peak(dtype)``: the rate a large aligned GEMM reaches (measured or datasheet x
@@ -21,19 +23,26 @@ Per GEMM (all numbers from the profile):
   of the copy bandwidth. A convolution with misaligned channels runs at
   ``conv_misaligned_efficiency`` of the aligned kernel's pace, memory-bound or not.
 
+A ``_grouped_mm`` whose operands take aten's per-group fallback (MoE experts over fp32
+weights: ``shapelint.physics.gemm_shapes.GROUPED_KERNEL_DTYPES``) is one GEMM per group,
+each its even share of the rows, launched one after another (``kernels``).
+
 Times are cached by value (the profile is hashable and frozen; repeated layers share
 shapes), never by object identity.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shapelint.hardware import Hardware
 from shapelint.model.records import ATTN_ROLES, Gemm, Work
 from shapelint.physics.alignment import gemm_alignment, input_alignment, is_aligned, output_alignment
 from shapelint.physics.attention import is_fused
+from shapelint.physics.conv_kernels import call_of, conv_kernel, grouped_width_fast, transposes
+from shapelint.physics.gemm_shapes import grouped_fallback
 from shapelint.physics.quantization import quantization
 
 
@@ -101,23 +110,91 @@ def gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
     return t
 
 
+def one_group(g: Gemm, groups: int, split: str) -> Gemm:
+    """One group's GEMM of a grouped record that aten's fallback runs group by group:
+    its share of the split dimension (tokens per expert forward, ``m``; of the weight
+    gradient's contraction, ``k``), taken as even (the router's split is data)."""
+    if split == "k":
+        k = math.ceil(g.k / groups)
+        return replace(g, k=k, a=replace(g.a, cols=k), b=replace(g.b, rows=k), extra=())
+    m = math.ceil(g.m / groups)
+    return replace(g, m=m, a=replace(g.a, rows=m), out=replace(g.out, rows=m), extra=())
+
+
+def _fallback(g: Gemm) -> tuple[int, str] | None:
+    """(groups, split) where aten runs ``g`` group by group: a ``_grouped_mm`` whose
+    operands are not bf16 (a finding that puts them in bf16 gets the grouped kernel)."""
+    return grouped_fallback(g.extra) if g.dtype != "bf16" else None
+
+
+def kernels(g: Gemm) -> int:
+    """The kernels a GEMM record launches: one, or one per group of aten's grouped
+    fallback (``shapelint.physics.gemm_shapes.grouped_fallback``)."""
+    fallback = _fallback(g)
+    return fallback[0] if fallback else 1
+
+
 def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
+    fallback = _fallback(g)
+    if fallback is not None:
+        groups, split = fallback
+        t = gemm_time(one_group(g, groups, split), hw)
+        return GemmTime(t.seconds * groups, t.compute_s * groups, t.memory_s * groups, t.alignment, t.tile, t.wave)
+    if g.role == "conv":
+        return _conv_time(g, hw)
     peak, align = _rate(g, hw)
     q = quantization(g.m, g.n, g.batch, hw)
     work = CAUSAL_WORK if is_fused(g) and dict(g.extra).get("is_causal") else 1.0
     compute = g.flops * work / (peak * align * q.tile * q.wave)
     bw = hw.bandwidth * hw.memory_efficiency
-    memory = g.min_bytes / bw
-    if g.role == "conv":
-        # cuDNN's kernels for misaligned channels load narrower vectors: slower on both roofs
-        memory /= align
-        copies = g.copy_bytes / (hw.bandwidth * hw.conv_transpose_efficiency)
-    else:
-        if align < 1 and g.role not in ATTN_ROLES:  # narrower vector loads: the memory-bound rate falls too
+    batched = g.batch > 1 and g.role not in ATTN_ROLES
+    memory = g.min_bytes / (hw.bandwidth * hw.batched_memory_efficiency if batched else bw)
+    if align < 1 and g.role not in ATTN_ROLES:  # narrower vector loads: the memory-bound rate falls too
+        if batched and (g.k * g.dtype_bytes) % hw.alignment_bytes:  # a misaligned contraction: both inputs
+            memory /= align
+        else:
             memory /= hw.misalignment_efficiency(g.dtype_bytes, gemm_alignment(g, hw), memory=True)
-        copies = g.copy_bytes / bw
+    copies = g.copy_bytes / bw
     seconds = max(compute, memory, hw.min_gemm_us * 1e-6) + copies
     return GemmTime(seconds, compute, memory, align, q.tile, q.wave)
+
+
+def conv_memory_efficiency(g: Gemm, hw: Hardware) -> tuple[float, bool]:
+    """(the fraction of the copy bandwidth a convolution's kernel reaches memory-bound,
+    whether it transposes NCHW operands) by the kernel its layout gets
+    (``shapelint.physics.conv_kernels``)."""
+    call = call_of(g)
+    nchw = any(op.copied for op in (g.a, g.b, g.out))
+    if call is None:  # no recorded geometry (a record made by hand): a plain GEMM's rate
+        return hw.memory_efficiency, nchw
+    kernel = conv_kernel(call)
+    if kernel == "depthwise":
+        eff = hw.depthwise_nchw_efficiency if nchw else hw.depthwise_nhwc_efficiency
+    elif kernel == "grouped" and not nchw and not grouped_width_fast(call):
+        eff = hw.grouped_nhwc_efficiency
+    else:
+        eff = hw.conv_memory_efficiency
+    return eff, nchw and transposes(kernel)
+
+
+def _conv_time(g: Gemm, hw: Hardware) -> GemmTime:
+    """A convolution's GEMM: the implicit GEMM's compute roof (a depthwise one on the CUDA
+    cores, one channel per group), its memory roof at its kernel's rate, and cuDNN's
+    transposes of NCHW operands. cuDNN's kernels for misaligned channels load narrower
+    vectors: slower on both roofs."""
+    eff, transposing = conv_memory_efficiency(g, hw)
+    call = call_of(g)
+    if call is not None and call.depthwise:
+        peak, align, tile, wave = hw.peak_tflops("fp32") * 1e12, 1.0, 1.0, 1.0
+    else:
+        peak, align = _rate(g, hw)
+        q = quantization(g.m, g.n, g.batch, hw)
+        tile, wave = q.tile, q.wave
+    compute = g.flops / (peak * align * tile * wave)
+    memory = g.min_bytes / (hw.bandwidth * eff) / align
+    copies = g.copy_bytes / (hw.bandwidth * hw.conv_transpose_efficiency) if transposing else 0.0
+    seconds = max(compute, memory, hw.min_gemm_us * 1e-6) + copies
+    return GemmTime(seconds, compute, memory, align, tile, wave)
 
 
 def gemm_times(gemms: Iterable[Gemm], hw: Hardware) -> tuple[GemmTime, ...]:

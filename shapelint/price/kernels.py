@@ -5,8 +5,9 @@ A memory-bound kernel moves its bytes at a fraction of the datasheet bandwidth t
 depends on its class (the profile's ``step`` table), and never takes less than the
 shortest kernel (``min_kernel_us``). The optimizer runs ``multi_tensor_apply``
 launches. An attention op is its GEMMs on the kernel PyTorch picks
-(``shapelint.physics.attention``), plus dropout and flash's copies of a padded head
-dimension; PyTorch's math kernel is unfused fp32 GEMMs and softmax passes.
+(``shapelint.physics.attention``), plus dropout, flash's copies of a padded head
+dimension and, backward, the expanded gradient of a position bias that needs one;
+PyTorch's math kernel is unfused fp32 GEMMs and softmax passes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Literal
 
 from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm, Op
-from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, head_dim, math_kernel
+from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, bias_grad_bytes, head_dim, math_kernel
 from shapelint.price.gemm import CAUSAL_WORK, gemm_ms, work_ms
 
 #: how the step runs: eagerly, or as torch.compile (Inductor, default mode) runs it
@@ -84,6 +85,9 @@ def attention_ms(call: Sequence[Gemm], hw: Hardware, mode: Mode,
         work = math_kernel(call, backward_dtype=call[0].dtype if mode == "compile" else None)
         return work_ms(work, hw), len(work.gemms) + 1
     ms = _fused_kernel_ms(call, hw, masked, times)
+    bias_grad = bias_grad_bytes(_scores(call))
+    if bias_grad and any(g.phase in ("grad_input", "grad_weight") for g in call):
+        ms += memory_kernel_ms(bias_grad, hw.step.elementwise_efficiency, hw)  # the bias's gradient, expanded
     # a finding on these GEMMs fixes the head dimension: no copies after it
     pad_ms = flash_pad_ms(_scores(call), hw) if kernel == "flash" and not changed else None
     if pad_ms is not None:

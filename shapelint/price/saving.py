@@ -47,6 +47,26 @@ class StepModel:
     def __init__(self, step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw") -> None:
         self.step, self.hw, self.mode, self.optimizer = step, hw, mode, optimizer
         self.before = step_time(step, hw, mode, optimizer)
+        if mode == "compile":
+            eager = step_time(step, hw, "eager", optimizer)
+            if self.before.ms > eager.ms:
+                self.before = replace(self.before, note=self._slower_than_eager(eager))
+
+    def _slower_than_eager(self, eager: StepTime) -> str:
+        """Why the compiled step is estimated slower than eager: the attention calls that
+        get an explicit mask under torch.compile and run PyTorch's math kernel, the host
+        time of graph breaks, or (else) the host."""
+        b = self.before
+        head = f"compiled, this step is estimated slower than eager ({b.ms:.1f} ms against {eager.ms:.1f} ms)"
+        calls = sum(1 for op in self.step.ops if op.kind == "attention" and op.gemms and not op.backward
+                    and dict(self.step.gemms[op.gemms[0]].extra).get("compiled") == "math")
+        if calls:
+            return (f"{head}: under torch.compile transformers passes {calls} attention call"
+                    f"{'s' if calls > 1 else ''} an explicit mask that PyTorch's fused kernels refuse, so they run "
+                    "its math kernel (fp32 scores in memory); eager they skip the mask")
+        if b.graphs_host_ms > 0:
+            return f"{head}: its graph breaks cost {b.graphs_host_ms:.1f} ms of host time"
+        return f"{head}: the host issues it slower ({b.host_ms:.1f} ms against {eager.host_ms:.1f} ms)"
 
     def after(self, findings: Iterable[Finding]) -> StepTime:
         """The step with every given (unsuppressed) finding applied; a GEMM two findings

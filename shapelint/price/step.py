@@ -49,7 +49,7 @@ from functools import cached_property
 from shapelint.hardware import Hardware
 from shapelint.model.graphs import GraphBreaks
 from shapelint.model.records import Gemm, Op, Slice
-from shapelint.price.gemm import gemm_ms
+from shapelint.price.gemm import gemm_ms, kernels
 from shapelint.price.host import Issued, between_graphs, host_costs, serialised_ms
 from shapelint.price.inductor import Fused, compiled_gemm_ms, fused_regions, transposed_made_in_graph
 from shapelint.price.kernels import MODES, OPTIMIZER_PASSES, Mode, attention_ms, memory_kernel_ms, op_ms, optimizer_ms
@@ -74,6 +74,13 @@ class StepTime:
     #: host time of the graphs beyond one forward and one backward graph and of the ops
     #: run eagerly between them (``between_graphs``; compile mode, where probed)
     graphs_host_ms: float = 0.0
+    #: the step on the fastest and the slowest measured host (the profile's
+    #: ``host_speed_fastest`` / ``host_speed_slowest``): one number where the GPU bounds
+    #: the step on both, a range where the host does
+    ms_range: tuple[float, float] = (0.0, 0.0)
+    #: why a compiled step is estimated slower than the same step eager ("" otherwise;
+    #: ``shapelint.price.saving.StepModel``)
+    note: str = ""
 
     @property
     def bound(self) -> str:
@@ -88,6 +95,8 @@ class StepTime:
             "step_ms": round(self.ms, 4), "gpu_ms": round(self.gpu_ms, 4), "host_ms": round(self.host_ms, 4),
             "gemm_ms": round(self.gemm_ms, 4), "kernels": self.kernels, "mode": self.mode, "bound": self.bound,
             "by_class": {k: round(v, 4) for k, v in self.by_class}, "host_syncs": self.syncs,
+            "step_ms_range": [round(v, 4) for v in self.ms_range],
+            **({"note": self.note} if self.note else {}),
         }
 
 
@@ -108,6 +117,16 @@ class Step:
     #: the graphs torch.compile calls and the ops it runs eagerly between them, where
     #: probed (``shapelint.load.compile_probe``); None: one forward and one backward graph
     graphs: GraphBreaks | None = None
+
+    @cached_property
+    def host_reads(self) -> tuple[int, ...]:
+        """Where the host waits for the GPU: the loader's and capture's syncs, and each
+        GEMM op that aten runs group by group (it copies the group offsets to the host
+        first: MoE experts in fp32), in eager and compiled steps alike (transformers'
+        compiled fallback reads them too)."""
+        grouped = (at for at, op in enumerate(self.ops)
+                   if op.kind == "gemm" and any(kernels(self.gemms[i]) > 1 for i in op.gemms))
+        return tuple(sorted({*self.syncs, *grouped}))
 
     @cached_property
     def regions(self) -> list[Fused]:
@@ -140,14 +159,23 @@ class Timeline:
         self.issued.append((ms, launched, launched * self.per_kernel_us * 1e-3 + host_ms))
 
     def time(self, hw: Hardware, mode: Mode, syncs: tuple[int, ...], graphs_host: float) -> StepTime:
-        """The step: the larger of GPU and host time, or the timeline through the host's waits."""
+        """The step: the larger of GPU and host time, or the timeline through the host's
+        waits; and the same on the fastest and the slowest measured host."""
         kernels = sum(n for _, n, _ in self.issued)
         gpu = sum(self.classes.values()) + kernels * hw.step.kernel_gap_us * 1e-3
         host = sum(h for _, _, h in self.issued)
-        ms = serialised_ms(self.issued, syncs, hw.step.kernel_gap_us) if syncs else max(gpu, host)
         gemm = self.classes.get("gemm", 0.0) + self.classes.get("attention", 0.0)
+        low, ms, high = (self._ms(gpu, syncs, hw, speed)
+                         for speed in (hw.step.host_speed_fastest, 1.0, hw.step.host_speed_slowest))
         return StepTime(ms, gpu, host, gemm, kernels, mode, tuple(sorted(self.classes.items())), len(syncs),
-                        graphs_host)
+                        graphs_host, (min(low, ms), max(high, ms)))
+
+    def _ms(self, gpu: float, syncs: tuple[int, ...], hw: Hardware, host_speed: float) -> float:
+        """The step on a host that takes ``host_speed`` times the profile's host time."""
+        issued = self.issued if host_speed == 1.0 else [(k, n, h * host_speed) for k, n, h in self.issued]
+        if syncs:
+            return serialised_ms(issued, syncs, hw.step.kernel_gap_us)
+        return max(gpu, sum(h for _, _, h in issued))
 
 
 def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw",
@@ -164,7 +192,8 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
             t.add("optimizer", opt_ms, launches, len(step.params) * per_tensor_us * 1e-3)
     if extra_ms:
         t.add("side", extra_ms, 0)
-    return t.time(hw, mode, step.syncs if mode == "eager" else (), graphs_host)
+    fallback_reads = tuple(i for i in step.host_reads if i not in step.syncs)
+    return t.time(hw, mode, step.host_reads if mode == "eager" else fallback_reads, graphs_host)
 
 
 def _issue_ops(t: Timeline, step: Step, hw: Hardware, mode: Mode, gemm_times: Mapping[int, float]) -> None:
@@ -181,7 +210,11 @@ def _issue_ops(t: Timeline, step: Step, hw: Hardware, mode: Mode, gemm_times: Ma
         if op.kind == "attention" and op.gemms:
             t.add("attention", *attention_ms([step.gemms[i] for i in op.gemms], hw, mode, gemm_times))
         elif op.kind in ("gemm", "attention"):
-            t.add(op.kind, sum(record_ms(i) for i in op.gemms) if op.gemms else hw.min_gemm_us * 1e-3, 1)
+            launched = max((kernels(step.gemms[i]) for i in op.gemms), default=1)
+            # compiled, transformers' per-expert fallback is a Python loop: eager launches
+            python = (hw.step.host_us_per_kernel - t.per_kernel_us) * 1e-3 * launched if launched > 1 else 0.0
+            t.add(op.kind, sum(record_ms(i) for i in op.gemms) if op.gemms else hw.min_gemm_us * 1e-3, launched,
+                  python if mode == "compile" else 0.0)
         elif mode == "eager":
             t.add(op.kind, op_ms(op, hw), 1)
         else:

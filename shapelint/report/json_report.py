@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shapelint.physics.kernels import scan_note
 from shapelint.pipeline.result import Result, TargetError
 from shapelint.version import __version__
 
@@ -38,6 +39,7 @@ def summary(r: Result) -> dict[str, Any]:
         "suppressed": sum(1 for f in r.findings if f.suppressed),
         **_step(r),
         **({"step_verification": r.step_verification.to_json()} if r.step_verification is not None else {}),
+        **({"ssm_kernels": note} if (note := scan_note(op.name for op in r.capture.ops)) else {}),
     }
 
 
@@ -50,6 +52,7 @@ def _step(r: Result) -> dict[str, Any]:
         "step_ms": round(before.ms, 4),
         "step_ms_after": round(after.ms, 4),
         "step_speedup": round(before.ms / after.ms, 4) if after.ms else 1.0,
+        "step_ms_range": [round(v, 4) for v in before.ms_range],
         "mode": before.mode,
         "step": before.to_json(),
         **({"compile_graphs": _graphs(r)} if before.mode == "compile" else {}),
@@ -113,8 +116,10 @@ def _step_total(per: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The whole steps of several targets: their times summed, and their mode (or ``mixed``)."""
     step, step_after = sum(s["step_ms"] for s in per), sum(s["step_ms_after"] for s in per)
     modes = {s["mode"] for s in per}
+    low, high = (sum(s["step_ms_range"][i] for s in per) for i in (0, 1))
     return {"step_ms": round(step, 4), "step_ms_after": round(step_after, 4),
             "step_speedup": round(step / step_after, 4) if step_after else 1.0,
+            "step_ms_range": [round(low, 4), round(high, 4)],
             "mode": modes.pop() if len(modes) == 1 else "mixed"}
 
 

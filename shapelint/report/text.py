@@ -12,6 +12,7 @@ from rich.text import Text
 
 from shapelint.model.locations import ConfigLocation
 from shapelint.model.records import Finding
+from shapelint.physics.kernels import scan_note
 from shapelint.pipeline.result import Result
 from shapelint.report.verification import finding_line
 
@@ -46,8 +47,17 @@ def step_line(r: Result) -> str:
     what = "training step" if r.training else "inference step"
     bound = ", host-bound" if before.bound == "host" else ""
     speedup = before.ms / after.ms if after.ms else 1.0
-    return (f"{what} (est., {r.hardware.key}, {before.mode}{bound}): {before.ms:.1f} ms → {after.ms:.1f} ms "
-            f"({speedup:.2f}×); GEMMs {100 * before.gemm_share:.0f}% of it")
+    hosts = host_range(*before.ms_range, before.ms)
+    return (f"{what} (est., {r.hardware.key}, {before.mode}{bound}): {before.ms:.1f} ms{hosts} → "
+            f"{after.ms:.1f} ms ({speedup:.2f}×); GEMMs {100 * before.gemm_share:.0f}% of it")
+
+
+def host_range(low: float, high: float, ms: float) -> str:
+    """`` (41.2–79.5 ms by host)``: where the host bounds the step on some measured
+    host, the step from the fastest to the slowest; nothing where the GPU bounds it."""
+    if high - low < 0.005 * ms:
+        return ""
+    return f" ({low:.1f}–{high:.1f} ms by host)"
 
 
 def graphs_line(r: Result) -> str | None:
@@ -196,6 +206,11 @@ def _footer(console: Console, r: Result) -> None:
     graphs = graphs_line(r)
     if graphs:
         console.print(f"  {graphs}", style="dim", highlight=False)
+    if r.step_time is not None and r.step_time.note:
+        console.print(f"  {r.step_time.note}", style="dim", highlight=False)
+    scans = scan_note(op.name for op in r.capture.ops)
+    if scans:
+        console.print(f"  {scans}", style="dim", highlight=False)
     console.print(f"  {gemm_line(r)}", style="dim", highlight=False)
     if r.step_verification is not None:
         from shapelint.report.verification import report_lines
