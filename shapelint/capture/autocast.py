@@ -77,6 +77,23 @@ def _grouped_mm_meta(mat_a: Any, mat_b: Any, offs: Any = None, bias: Any = None,
     return _create_grouped_mm_output_tensor(mat_a, mat_b, offs, out_dtype or mat_a.dtype)
 
 
+def _override(lib: Any, name: str, kernel: Callable[..., Any], key: str) -> None:
+    """Register ``kernel`` over the one torch registered from Python for ``name`` at
+    ``key``. torch 2.13's ``Library.impl`` overrides it (``allow_override``); torch 2.11
+    refuses any second Python registration of an ``aten`` key ("already a kernel
+    registered from python"), so there torch's record of its own is set aside first
+    (the C++ dispatcher then replaces the kernel, as 2.13 does)."""
+    try:
+        lib.impl(name, kernel, key)
+    except RuntimeError:
+        registered = getattr(torch.library, "_impls", None)
+        qualified = f"aten/{name}/{key}"
+        if not isinstance(registered, set) or qualified not in registered:
+            raise
+        registered.discard(qualified)
+        lib.impl(name, kernel, key)
+
+
 def install() -> None:
     """Register the kernels (idempotent)."""
     global _library
@@ -89,5 +106,5 @@ def install() -> None:
             lib.impl(name, _lower(_op(name)), "AutocastCPU")
         for name in FP32_OPS:
             lib.impl(name, _fp32(_op(name)), "AutocastCPU")
-        lib.impl("_grouped_mm", _grouped_mm_meta, "Meta")
+        _override(lib, "_grouped_mm", _grouped_mm_meta, "Meta")
     _library = lib
