@@ -10,9 +10,9 @@ linear layers of an attention module that run before its attention GEMMs are col
 parallel and those after it row parallel, and a run of linear layers widening ``d → f``
 followed by one narrowing ``f → d`` (an MLP around its activation) is column then
 row. A linear layer neither names nor structure place stays whole on every GPU, and
-:class:`Sharding` lists it, so that the report never claims one GPU's shapes for it. Attention splits its heads, in every GEMM of the attention
-(fused or written by hand), forward and backward alike; a degree that does not
-divide the heads or the key/value heads is refused, as Megatron-LM refuses it.
+:class:`Sharding` lists it, so that the report never claims one GPU's shapes for it.
+Attention splits its heads, in every GEMM of the attention (fused or written by hand),
+forward and backward alike; a degree that does not divide the heads or the key/value heads is refused, as Megatron-LM refuses it.
 Mixture-of-experts layers split each expert's intermediate size. The vocabulary,
 which need not divide, is rounded up (Megatron pads it the same way).
 """
@@ -157,32 +157,47 @@ def structural_styles(gemms: Sequence[Gemm], named: dict[str, str]) -> dict[str,
     """Styles of the linear layers ``named`` leaves out, from the model's structure (see
     the module docstring): an attention module's projections, and an MLP's pair."""
     linears = _linears(gemms)
-    order = {m: i for i, (m, _, _) in enumerate(linears)}
-    first_attention = {}
-    for i, g in enumerate(gemms):
-        if g.phase == "forward" and (g.role in ("attn_scores", "after_softmax") or g.op.startswith("sdpa")):
-            first_attention.setdefault(g.module, i)
-    first_gemm = {}
-    for i, g in enumerate(gemms):
-        if g.phase == "forward":
-            first_gemm.setdefault(g.module, i)
-    out: dict[str, str] = {}
-    for attn, at in first_attention.items():
-        for m, _, _ in linears:
-            if m not in named and m.startswith(attn + "."):
-                out[m] = "column" if first_gemm[m] < at else "row"
+    out = _attention_projections(gemms, [m for m, _, _ in linears if m not in named])
     free = [(m, i, o) for m, i, o in linears if m not in named and m not in out]
+    order = {m: i for i, (m, _, _) in enumerate(linears)}
     for j, (m, d_in, d_out) in enumerate(free):
-        run = []
-        for prev in reversed(free[:j]):
-            if prev[1] == d_out and prev[2] == d_in and d_in != d_out and order[prev[0]] == order[m] - len(run) - 1:
-                run.append(prev[0])
-            else:
-                break
-        if run and not any(r in out for r in run) and m not in out:
+        run = _widening_run(free[:j], order, m, d_in, d_out)
+        if run and not any(r in out for r in run):
             out.update(dict.fromkeys(run, "column"))
             out[m] = "row"
     return out
+
+
+def _first_forward(gemms: Sequence[Gemm], attention: bool) -> dict[str, int]:
+    """The index of each module's first forward GEMM (``attention``: of its attention GEMMs)."""
+    first: dict[str, int] = {}
+    for i, g in enumerate(gemms):
+        if g.phase == "forward" and (not attention or g.role in ("attn_scores", "after_softmax")
+                                     or g.op.startswith("sdpa")):
+            first.setdefault(g.module, i)
+    return first
+
+
+def _attention_projections(gemms: Sequence[Gemm], free: Sequence[str]) -> dict[str, str]:
+    """An attention module's linear children: column before its attention GEMMs, row after."""
+    first_gemm = _first_forward(gemms, attention=False)
+    out: dict[str, str] = {}
+    for attn, at in _first_forward(gemms, attention=True).items():
+        for m in free:
+            if m.startswith(attn + "."):
+                out[m] = "column" if first_gemm[m] < at else "row"
+    return out
+
+
+def _widening_run(before: Sequence[tuple[str, int, int]], order: dict[str, int], m: str, d_in: int,
+                  d_out: int) -> list[str]:
+    """The linear layers right before ``m`` that widen ``d_out → d_in`` (``m`` narrows back)."""
+    run: list[str] = []
+    for prev, p_in, p_out in reversed(before):
+        if p_in != d_out or p_out != d_in or d_in == d_out or order[prev] != order[m] - len(run) - 1:
+            break
+        run.append(prev)
+    return run
 
 
 def attention_heads(gemms: Sequence[Gemm]) -> dict[str, tuple[int, int]]:

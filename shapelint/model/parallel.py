@@ -100,10 +100,48 @@ class ParallelPlan:
     tp_sharded: int = 0
     #: linear layers that stay whole on every tensor-parallel rank
     not_sharded: tuple[str, ...] = ()
+    #: (elements, bytes per element) of each trained parameter one rank holds and
+    #: updates (tensor-parallel layers split, FSDP's shards): what its optimizer steps
+    rank_params: tuple[tuple[int, int], ...] = ()
 
     @property
     def param_bytes(self) -> int:
         return sum(self.grads)
 
 
-__all__ = ["Layout", "ParallelPlan", "ParamGroup", "TensorParallelLayer"]
+@dataclass(frozen=True)
+class Collective:
+    """``count`` calls of ``op`` by one engine: their time and what the step sees of it."""
+
+    engine: str
+    op: str
+    count: int
+    nbytes: int
+    ms: float
+    exposed_ms: float
+
+    def to_json(self) -> dict[str, object]:
+        return {"engine": self.engine, "op": self.op, "count": self.count, "bytes": self.nbytes,
+                "ms": round(self.ms, 4), "exposed_ms": round(self.exposed_ms, 4)}
+
+
+@dataclass(frozen=True)
+class Communication:
+    """What a layout adds to one GPU's step."""
+
+    collectives: tuple[Collective, ...] = ()
+    #: GPU time the compute stream waits for communication
+    exposed_ms: float = 0.0
+    #: the engines' copies on the compute stream
+    copy_ms: float = 0.0
+    #: compute slowed by collectives running beside it
+    contention_ms: float = 0.0
+    #: host time the engines add
+    host_ms: float = 0.0
+
+    @property
+    def gpu_ms(self) -> float:
+        return self.exposed_ms + self.copy_ms + self.contention_ms
+
+
+__all__ = ["Collective", "Communication", "Layout", "ParallelPlan", "ParamGroup", "TensorParallelLayer"]

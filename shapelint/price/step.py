@@ -48,6 +48,7 @@ from functools import cached_property
 
 from shapelint.hardware import Hardware
 from shapelint.model.graphs import GraphBreaks
+from shapelint.model.parallel import Communication
 from shapelint.model.records import Gemm, Op, Slice
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.host import Issued, between_graphs, host_costs, serialised_ms
@@ -74,6 +75,12 @@ class StepTime:
     #: host time of the graphs beyond one forward and one backward graph and of the ops
     #: run eagerly between them (``between_graphs``; compile mode, where probed)
     graphs_host_ms: float = 0.0
+    #: GPU time the step waits for communication (``shapelint.price.communication``;
+    #: several GPUs only), and the GPUs the step runs on (this is each one's step)
+    comm_ms: float = 0.0
+    world_size: int = 1
+    #: every collective of the step and what it adds (several GPUs only)
+    communication: Communication | None = None
 
     @property
     def bound(self) -> str:
@@ -88,6 +95,7 @@ class StepTime:
             "step_ms": round(self.ms, 4), "gpu_ms": round(self.gpu_ms, 4), "host_ms": round(self.host_ms, 4),
             "gemm_ms": round(self.gemm_ms, 4), "kernels": self.kernels, "mode": self.mode, "bound": self.bound,
             "by_class": {k: round(v, 4) for k, v in self.by_class}, "host_syncs": self.syncs,
+            **({"comm_ms": round(self.comm_ms, 4), "world_size": self.world_size} if self.world_size > 1 else {}),
         }
 
 
