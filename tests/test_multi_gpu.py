@@ -1,0 +1,141 @@
+"""The step past one GPU (issue 27): layouts as options, tensor parallelism by structure,
+DDP's buckets, the collective table, the communication in the step and the summary."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shapelint import hardware
+from shapelint.app.api import lint_target
+from shapelint.app.cli import main
+from shapelint.errors import ShapelintError
+from shapelint.hardware.collectives import interpolate
+from shapelint.price.communication import BUCKET_BYTES, buckets
+
+ROOT = Path(__file__).resolve().parent.parent
+MEASURED = ROOT / "docs" / "data" / "multi_gpu_2xh100_2026-11-25.json"
+
+SEQUENTIAL = """
+from torch import nn
+
+def build():
+    return nn.Sequential(nn.Linear(4096, 16384), nn.GELU(), nn.Linear(16384, 4096))
+
+def build_head():
+    return nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024), nn.Linear(1024, 1000))
+"""
+
+
+def _target(tmp_path: Path, builder: str, width: int, **settings: object) -> Path:
+    (tmp_path / "seq.py").write_text(SEQUENTIAL)
+    lines = [f"model: seq.py:{builder}", "inputs:", f"  - shape: [8192, {width}]", "    dtype: float"]
+    lines += [f"{k}: {json.dumps(v)}" for k, v in settings.items()]
+    path = tmp_path / f"{builder}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    main([*argv, "--format", "json", "--no-cache", "--gpu", "h100"])
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_plain_sequential_gets_its_2048_wide_shards_at_tp_8(tmp_path: Path, capsys) -> None:
+    doc = _json(capsys, str(_target(tmp_path, "build", 4096, tp=8)))
+    dims = {(g["module"], g["phase"]): (g["m"], g["n"], g["k"]) for g in doc["gemms"]}
+    assert dims[("0", "forward")] == (8192, 2048, 4096)  # column: 16384 / 8 outputs
+    assert dims[("2", "forward")] == (8192, 4096, 2048)  # row: 16384 / 8 inputs
+    assert dims[("2", "grad_weight")] == (4096, 2048, 8192)
+    assert doc["summary"]["world_size"] == 8
+    assert doc["summary"]["parallel"]["not_sharded"] == []
+    tp = [c for c in doc["summary"]["parallel"]["collectives"] if c["engine"] == "tp"]
+    # one row-parallel layer: its bf16 output forward, its fp32 input gradient backward
+    assert [c["bytes"] for c in tp] == [8192 * 4096 * 2, 8192 * 4096 * 4]
+
+
+def test_layers_that_cannot_be_sharded_are_named(tmp_path: Path, capsys) -> None:
+    main([str(_target(tmp_path, "build_head", 1024, tp=4)), "--no-cache", "--gpu", "h100"])
+    out = capsys.readouterr().out
+    assert "not sharded (whole on every tensor-parallel GPU): 3" in out
+    assert "FSDP" not in out and "TP 4: 4 GPUs" in out
+
+
+def test_ddp_buckets_are_the_ones_ddp_logged_for_gpt2(tmp_path: Path) -> None:
+    import transformers
+
+    transformers.GPT2Config().save_pretrained(tmp_path)
+    r = lint_target(tmp_path / "config.json", gpu="h100", batch=8, seq=1024, dp=2).result
+    assert r.parallel is not None
+    measured = json.loads(MEASURED.read_text())
+    ddp = next(s for s in measured["steps"] if s["model"] == "gpt2" and s["mode"] == "ddp")
+    logged = [int(x) for x in ddp["ddp_logging"]["rebuilt_bucket_sizes"].split(",")]
+    assert buckets(r.parallel.grads) == logged  # 9 MiB first, 11 x 27 MiB, the tied embedding last
+    assert r.step_time is not None and r.step_time.world_size == 2
+
+
+def test_buckets_close_at_the_tensor_that_crosses_the_cap() -> None:
+    mib = 1 << 20
+    assert buckets([mib // 2, mib // 2, 10 * mib, 20 * mib, 30 * mib]) == [mib, 30 * mib, 30 * mib]
+    assert buckets([100 * mib]) == [100 * mib]
+    assert buckets([BUCKET_BYTES // 2] * 5) == [BUCKET_BYTES // 2, BUCKET_BYTES, BUCKET_BYTES]
+
+
+def test_collective_times_interpolate_the_measured_table_in_log_space() -> None:
+    c = hardware.resolve("h100").collectives
+    assert c is not None
+    table = c.table("all_reduce")
+    for nbytes, us in table:
+        assert c.us("all_reduce", nbytes, 2) == pytest.approx(us)
+    (b1, t1), (b2, t2) = table[-2], table[-1]
+    mid = (b1 * b2) ** 0.5
+    assert interpolate(table, mid) == pytest.approx((t1 * t2) ** 0.5)
+    assert c.us("all_reduce", 2 * b2, 2) == pytest.approx(2 * t2)  # linear above the table
+    assert c.us("all_reduce", 1, 2) == pytest.approx(table[0][1])  # the latency floor below it
+    assert c.us("all_reduce", b2, 8) == pytest.approx(t2 * 1.75)  # the ring's bus factor 2(n-1)/n
+    assert c.us("all_reduce", b2, 16, across_nodes=True) > 5 * c.us("all_reduce", b2, 16)
+
+
+def test_options_are_checked_and_sp_needs_tp(tmp_path: Path) -> None:
+    target = _target(tmp_path, "build", 4096)
+    with pytest.raises(ShapelintError, match="--sp"):
+        lint_target(target, gpu="h100", sp=True)
+    with pytest.raises(ShapelintError, match="dp="):
+        lint_target(target, gpu="h100", dp=0)
+    with pytest.raises(ShapelintError, match="no collectives table"):
+        lint_target(target, gpu="a100-80gb", dp=2)
+
+
+@pytest.mark.slow
+def test_estimates_land_within_15_percent_of_the_2xh100_measurements(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import multi_gpu_estimate
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    rows = multi_gpu_estimate.compare(json.loads(MEASURED.read_text())["steps"], "h100")
+    assert len(rows) == 8
+    errors = {(r["model"], r["layout"]): round(r["ms_error"], 3) for r in rows}
+    assert all(abs(e) < 0.15 for e in errors.values()), errors
+
+
+@pytest.mark.slow
+def test_a_64_gpu_llama_70b_layout_prices_in_under_10_s(tmp_path: Path, capsys) -> None:
+    import transformers
+
+    transformers.LlamaConfig(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                             num_attention_heads=64, num_key_value_heads=8,
+                             max_position_embeddings=8192).save_pretrained(tmp_path)
+    start = time.process_time()
+    main([str(tmp_path / "config.json"), "--no-cache", "--no-isolate", "--gpu", "h100", "--tp", "8", "--fsdp", "8",
+          "--gpus-per-node", "8", "--batch", "1", "--seq", "8192"])
+    cpu_s = time.process_time() - start
+    out = capsys.readouterr().out
+    assert "FSDP 8 × TP 8: 64 GPUs, 8 nodes of 8" in out
+    assert "communication per step (est., each of 64 GPUs)" in out
+    assert "fsdp: 161 × all_gather" in out and "tp: 160 × all_reduce" in out  # 80 blocks, 2 row layers each
+    assert cpu_s < 10, cpu_s
