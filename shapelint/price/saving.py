@@ -86,7 +86,8 @@ class StepModel:
         gpu_saved = self.before.gpu_ms - after.gpu_ms
         note = self._compile_note(f.gemms) if self.mode == "compile" else ""
         if not note and after.bound == "host" and gpu_saved > 0:
-            note = (f"the step is bound by the host issuing its {self.before.kernels} kernels "
+            engines = " and the parallel engines' work" if self.before.world_size > 1 else ""
+            note = (f"the step is bound by the host issuing its {self.before.kernels} kernels{engines} "
                     f"({self.before.host_ms:.1f} ms of host time; hosts differ up to 2x, `shapelint calibrate` "
                     f"measures yours); this saves {gpu_saved:.2f} ms of GPU time, which shows "
                     "once the step is GPU-bound (torch.compile, CUDA graphs, a larger batch)")
