@@ -54,6 +54,7 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
         groups=_groups(model, dict(trained), nbytes),
         tp_layers=_tp_layers(gemms, styles, precision, trained) if tp > 1 else (),
         tp_sharded=len(styles),
+        tp_styles=tuple(sorted(styles.items())),
         not_sharded=sharded.not_sharded if sharded is not None else (),
         rank_params=tuple((-(-elems(n, p) // layout.fsdp), p.element_size()) for n, p in trained),
     )

@@ -98,6 +98,8 @@ class ParallelPlan:
     tp_layers: tuple[TensorParallelLayer, ...] = ()
     #: linear layers tensor parallelism shards (DTensor dispatch on the host)
     tp_sharded: int = 0
+    #: (module, "column" | "row") of each of them (``--verify --step`` shards them so)
+    tp_styles: tuple[tuple[str, str], ...] = ()
     #: linear layers that stay whole on every tensor-parallel rank
     not_sharded: tuple[str, ...] = ()
     #: (elements, bytes per element) of each trained parameter one rank holds and
