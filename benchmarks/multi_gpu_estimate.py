@@ -32,7 +32,30 @@ sys.path.insert(0, str(HERE))
 LAYOUTS = {"none": {}, "ddp": {"dp": 2}, "fsdp": {"fsdp": 2}, "tp_pmi": {"tp": 2}}
 #: what the benchmark runs by default; GPT-2's fused Conv1D c_attn takes no DTensor TP
 PAIRS = [("gpt2", "ddp"), ("gpt2", "fsdp"), ("opt125m", "ddp"), ("opt125m", "fsdp"), ("opt125m", "tp_pmi"),
-         ("llama1b", "ddp"), ("llama1b", "fsdp"), ("llama1b", "tp_pmi")]
+         ("llama1b", "ddp"), ("llama1b", "fsdp"), ("llama1b", "tp_pmi"), ("llama1b_ffn8200", "tp_pmi")]
+#: the finding only the shard shows (SL601): Llama-3.2-1B's shapes with intermediate_size 8200,
+#: aligned whole (8 x 1025) and 4100 (4 x 1025, misaligned) on each of 2 GPUs
+SHARD_MODEL = "llama1b_ffn8200"
+SHARD_FFN = 8200
+
+
+def register_shard_model() -> None:
+    """Teach multi_gpu_step.py the SL601 model (its own models are unchanged)."""
+    import multi_gpu_step as bench
+
+    if SHARD_MODEL in bench.MODELS:
+        return
+    bench.MODELS[SHARD_MODEL] = bench.MODELS["llama1b"]
+    original = bench.make_config
+
+    def make_config(name: str, smoke: bool):  # type: ignore[no-untyped-def]
+        if name != SHARD_MODEL:
+            return original(name, smoke)
+        cfg = original("llama1b", smoke)
+        cfg.intermediate_size = SHARD_FFN if not smoke else 136
+        return cfg
+
+    bench.make_config = make_config
 
 
 def estimate(name: str, layout: str, gpu: str, folder: Path) -> dict[str, float]:
@@ -41,6 +64,7 @@ def estimate(name: str, layout: str, gpu: str, folder: Path) -> dict[str, float]
 
     from shapelint.app.api import lint_target
 
+    register_shard_model()
     cfg_dir = folder / name
     if not (cfg_dir / "config.json").exists():
         bench.make_config(name, False).save_pretrained(cfg_dir)
@@ -48,7 +72,10 @@ def estimate(name: str, layout: str, gpu: str, folder: Path) -> dict[str, float]
     r = lint_target(cfg_dir / "config.json", gpu=gpu, batch=batch, seq=seq, **LAYOUTS[layout]).result
     t = r.step_time
     assert t is not None
-    return {"step_ms": t.ms, "gpu_ms": t.gpu_ms, "host_ms": t.host_ms, "comm_ms": t.comm_ms}
+    shard = [f for f in r.findings if f.code == "SL601"]
+    return {"step_ms": t.ms, "gpu_ms": t.gpu_ms, "host_ms": t.host_ms, "comm_ms": t.comm_ms,
+            "sl601_findings": len(shard), "sl601_gemm_ms_saved": sum(f.saved_ms for f in shard),
+            "sl601_step_ms_saved": sum(f.step_ms_saved or 0.0 for f in shard)}
 
 
 def compare(measured: list[dict], gpu: str) -> list[dict]:
@@ -70,6 +97,19 @@ def compare(measured: list[dict], gpu: str) -> list[dict]:
     return rows
 
 
+def shard_effect(rows: list[dict]) -> dict | None:
+    """SL601's measured effect: the TP 2 step at intermediate_size 8200 against 8192."""
+    by = {(r["model"], r["layout"]): r for r in rows}
+    a, b = by.get(("llama1b", "tp_pmi")), by.get((SHARD_MODEL, "tp_pmi"))
+    if a is None or b is None:
+        return None
+    return {"est_step_ms_8192": a["est_ms"], "est_step_ms_8200": b["est_ms"],
+            "measured_step_ms_8192": a["measured_ms"], "measured_step_ms_8200": b["measured_ms"],
+            "measured_ratio_8192": a["measured_ratio"], "measured_ratio_8200": b["measured_ratio"],
+            "sl601_findings": b["est"]["sl601_findings"], "sl601_gemm_ms_saved": b["est"]["sl601_gemm_ms_saved"],
+            "sl601_step_ms_saved": b["est"]["sl601_step_ms_saved"]}
+
+
 def print_rows(rows: list[dict]) -> None:
     print(f"{'model':9} {'layout':7} {'est ms':>8} {'meas ms':>8} {'error':>7}   {'est ×':>6} {'meas ×':>6} {'error':>7}"
           f"   {'comm':>6} {'host':>7} {'gpu':>7}")
@@ -83,13 +123,15 @@ def print_rows(rows: list[dict]) -> None:
 def measure(argv: list[str]) -> list[dict] | None:
     """Run multi_gpu_step.py's steps (rank 0 gets them; other ranks None)."""
     import multi_gpu_step as bench
-    import torch.distributed as dist
 
+    register_shard_model()
     out = Path(os.environ.get("OUT", "."))
-    sys.argv = ["multi_gpu_step.py", "--modes", "none,ddp,fsdp,tp_pmi", "--skip", "collectives,contention,dtensor",
+    models = ",".join(dict.fromkeys(name for name, _ in PAIRS))
+    sys.argv = ["multi_gpu_step.py", "--models", models, "--modes", "none,ddp,fsdp,tp_pmi",
+                "--skip", "collectives,contention,dtensor",
                 "--out", str(out), *argv]
     bench.main()
-    if dist.is_initialized() and dist.get_rank() != 0:
+    if int(os.environ.get("RANK", "0")) != 0:
         return None
     return list(json.loads((out / "multi_gpu_bench.json").read_text())["steps"])
 
@@ -111,9 +153,12 @@ def main() -> int:
         p.error("give --from FILE or --measure")
     rows = compare(steps, args.gpu)
     print_rows(rows)
+    shard = shard_effect(rows)
+    if shard is not None:
+        print("SL601 (intermediate_size 8200 at TP 2, 4100 per GPU):", json.dumps(shard))
     worst = max((abs(r["ms_error"]) for r in rows), default=0.0)
     print(f"worst step error {100 * worst:.1f}% over {len(rows)} (model, layout) pairs")
-    Path(args.out, "multi_gpu_estimate.json").write_text(json.dumps(rows, indent=1))
+    Path(args.out, "multi_gpu_estimate.json").write_text(json.dumps({"rows": rows, "sl601": shard}, indent=1))
     return 0
 
 

@@ -84,19 +84,18 @@ def communication(plan: ParallelPlan, one_gpu: StepTime, hw: Hardware, training:
 
 
 def with_communication(t: StepTime, comm: Communication, world_size: int) -> StepTime:
-    """``t`` with ``comm`` added: the GPU waits and copies on the GPU side, the engines'
-    host time on the host side; the step is again the larger (plus what the host's
-    waits inside the step already added)."""
+    """``t`` with ``comm`` added: the GPU waits and copies after the step's own
+    timeline (its host's waits for the GPU included), the engines' host time on the
+    host side; the step is the larger."""
     if world_size <= 1:
         return t
     gpu, host = t.gpu_ms + comm.gpu_ms, t.host_ms + comm.host_ms
-    waits = max(0.0, t.ms - max(t.gpu_ms, t.host_ms))
     classes = dict(t.by_class)
     for name, ms in (("communication", comm.exposed_ms), ("parallel_copy", comm.copy_ms),
                      ("contention", comm.contention_ms)):
         if ms:
             classes[name] = classes.get(name, 0.0) + ms
-    return replace(t, ms=waits + max(gpu, host), gpu_ms=gpu, host_ms=host, by_class=tuple(sorted(classes.items())),
+    return replace(t, ms=max(t.ms + comm.gpu_ms, host), gpu_ms=gpu, host_ms=host, by_class=tuple(sorted(classes.items())),
                    comm_ms=comm.exposed_ms, world_size=world_size, communication=comm)
 
 
