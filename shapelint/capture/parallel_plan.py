@@ -16,6 +16,7 @@ model on fake tensors and its captured (tensor-parallel sharded) GEMMs.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import torch
@@ -33,7 +34,7 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
     ``sharded`` what tensor parallelism did to them (None: no tensor parallelism)."""
     styles = sharded.styles if sharded is not None else {}
     tp = layout.tp
-    names = {id(p): n for n, p in model.named_parameters()}
+    owners = Counter(id(q) for m in model.modules() for q in m.parameters(recurse=False))
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
     def elems(name: str, p: torch.Tensor) -> int:
@@ -45,7 +46,7 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
         return elems(name, p) * p.element_size()
 
     grads = [nbytes(n, p) for n, p in reversed(trained)]
-    tied = [i for i, (n, p) in enumerate(reversed(trained)) if _is_tied(model, p, names)]
+    tied = [i for i, (_, p) in enumerate(reversed(trained)) if owners[id(p)] > 1]  # an embedding tied to the LM head
     for i in sorted(tied, reverse=True):  # a tied weight's gradient is ready last
         grads.append(grads.pop(i))
     return ParallelPlan(
@@ -58,12 +59,6 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
         not_sharded=sharded.not_sharded if sharded is not None else (),
         rank_params=tuple((-(-elems(n, p) // layout.fsdp), p.element_size()) for n, p in trained),
     )
-
-
-def _is_tied(model: torch.nn.Module, p: torch.Tensor, names: dict[int, str]) -> bool:
-    """Whether ``p`` is shared by two modules (a tied embedding and LM head)."""
-    owners = sum(1 for m in model.modules() for q in m.parameters(recurse=False) if q is p)
-    return owners > 1
 
 
 def _groups(model: torch.nn.Module, trained: dict[str, torch.Tensor],
