@@ -188,3 +188,22 @@ def test_verify_step_runs_the_layout_under_torchrun(tmp_path: Path, layout: dict
     assert data["status"] == "measured" and data["device"] == "cpu"
     assert data["order"] == ["before", "after"] * 2  # the same alternating blocks as on one GPU
     assert data["est_ms"] == pytest.approx(r.step_time.ms, abs=1e-3)  # the layout's estimate, communication included
+
+
+@pytest.mark.parametrize("edit,expected", [
+    ({"collectives": "fast"}, "collectives must be a mapping"),
+    ({"all_reduce": [[1024, 10.0], [512, 20.0]]}, "collectives.all_reduce: sizes must ascend"),
+    ({"all_gather": [[1024, -1.0]]}, "collectives.all_gather must be a number"),
+    ({"world": 1}, "collectives.world must be a number of at least 2"),
+    ({"host_us": {"ddp_tensor": 1}}, "collectives.host_us must give ddp_tensor, fsdp_group"),
+])
+def test_a_bad_collectives_section_is_one_line_naming_its_key(edit: dict, expected: str) -> None:
+    import yaml
+
+    from shapelint.hardware.registry import PROFILE_DIR, profile_from_dict
+
+    doc = yaml.safe_load((PROFILE_DIR / "h100-sxm.yaml").read_text())
+    doc["collectives"] = edit["collectives"] if "collectives" in edit else {**doc["collectives"], **edit}
+    with pytest.raises(ShapelintError) as info:
+        profile_from_dict(doc, "h100-sxm", "p.yaml")
+    assert expected in str(info.value) and "\n" not in str(info.value) and str(info.value).startswith("p.yaml: ")
