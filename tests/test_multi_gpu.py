@@ -207,3 +207,19 @@ def test_a_bad_collectives_section_is_one_line_naming_its_key(edit: dict, expect
     with pytest.raises(ShapelintError) as info:
         profile_from_dict(doc, "h100-sxm", "p.yaml")
     assert expected in str(info.value) and "\n" not in str(info.value) and str(info.value).startswith("p.yaml: ")
+
+
+def test_fsdp_collective_counts_are_the_ones_measured_for_gpt2(tmp_path: Path) -> None:
+    import transformers
+
+    transformers.GPT2Config().save_pretrained(tmp_path)
+    r = lint_target(tmp_path / "config.json", gpu="h100", batch=8, seq=1024, fsdp=2).result
+    assert r.step_time is not None and r.step_time.communication is not None
+    counts = {c.op: c.count for c in r.step_time.communication.collectives}
+    fsdp = next(s for s in json.loads(MEASURED.read_text())["steps"] if s["model"] == "gpt2" and s["mode"] == "fsdp")
+    measured = fsdp["comm_counts_per_step"]  # CommDebugMode on the 2xH100 run
+    assert counts == {"all_gather": measured["c10d._allgather_base_"], "reduce_scatter": measured["c10d._reduce_scatter_base_"]}
+    assert counts == {"all_gather": 25, "reduce_scatter": 13}  # root + 12 blocks forward, 12 again backward
+    root, *blocks = r.parallel.groups if r.parallel is not None else ()
+    assert blocks[0].nbytes == fsdp["group_param_bytes_unsharded"][0]  # 28351488: one block's fp32 parameters
+    assert root.nbytes == fsdp["root_param_bytes_unsharded"]  # 157541376: embeddings and final norm
