@@ -26,7 +26,27 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+
+
+def use_this_checkout() -> None:
+    """Import shapelint from this checkout, ``rules/`` as ``shapelint.rules`` (what an
+    install maps), whatever else is installed: the GPU machine gets a copy of the tree."""
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT))
+    for name in [m for m in sys.modules if m == "shapelint" or m.startswith("shapelint.")]:
+        del sys.modules[name]
+    import shapelint
+
+    spec = importlib.util.spec_from_file_location("shapelint.rules", ROOT / "rules" / "__init__.py",
+                                                  submodule_search_locations=[str(ROOT / "rules")])
+    assert spec is not None and spec.loader is not None
+    rules = importlib.util.module_from_spec(spec)
+    sys.modules["shapelint.rules"] = rules
+    spec.loader.exec_module(rules)
+    shapelint.rules = rules  # type: ignore[attr-defined]
 
 #: measured layout → shapelint's options
 LAYOUTS = {"none": {}, "ddp": {"dp": 2}, "fsdp": {"fsdp": 2}, "tp_pmi": {"tp": 2}}
@@ -143,6 +163,7 @@ def main() -> int:
     p.add_argument("--gpu", default="h100")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args, rest = p.parse_known_args()
+    use_this_checkout()
     if args.measure:
         steps = measure(rest)
         if steps is None:
@@ -151,6 +172,11 @@ def main() -> int:
         steps = json.loads(Path(args.source).read_text())["steps"]
     else:
         p.error("give --from FILE or --measure")
+    import shapelint.rules
+
+    import shapelint
+
+    print(f"shapelint from {Path(shapelint.__file__).parent}, rules from {list(shapelint.rules.__path__)}")
     rows = compare(steps, args.gpu)
     print_rows(rows)
     shard = shard_effect(rows)
