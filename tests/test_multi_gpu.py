@@ -223,3 +223,35 @@ def test_fsdp_collective_counts_are_the_ones_measured_for_gpt2(tmp_path: Path) -
     root, *blocks = r.parallel.groups if r.parallel is not None else ()
     assert blocks[0].nbytes == fsdp["group_param_bytes_unsharded"][0]  # 28351488: one block's fp32 parameters
     assert root.nbytes == fsdp["root_param_bytes_unsharded"]  # 157541376: embeddings and final norm
+
+
+UNNAMED_ATTENTION = """
+import torch.nn.functional as F
+from torch import nn
+
+class Mix(nn.Module):
+    def __init__(self, d=1024):
+        super().__init__()
+        self.a, self.b, self.c, self.d = (nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        B, T, D = x.shape
+        q, k, v = (m(x).view(B, T, -1, 64).transpose(1, 2) for m in (self.a, self.b, self.c))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.d(y.transpose(1, 2).reshape(B, T, -1))
+
+def build():
+    return Mix()
+"""
+
+
+def test_an_attention_with_unknown_names_is_sharded_by_structure(tmp_path: Path, capsys) -> None:
+    (tmp_path / "mix.py").write_text(UNNAMED_ATTENTION)
+    (tmp_path / "mix.yaml").write_text("model: mix.py:build\ninputs:\n  - shape: [8, 512, 1024]\n    dtype: float\n"
+                                       "tp: 4\n")
+    doc = _json(capsys, str(tmp_path / "mix.yaml"))
+    fwd = {g["module"] + ":" + g["op"]: g for g in doc["gemms"] if g["phase"] == "forward"}
+    assert [fwd[f"{m}:addmm"]["n"] for m in "abc"] == [256, 256, 256]  # q, k, v: column, 1024 / 4
+    assert fwd["d:addmm"]["k"] == 256  # the output projection: row
+    assert fwd["<root>:sdpa.qk"]["batch"] == 8 * 16 // 4  # 4 of the 16 heads on each GPU
+    assert doc["summary"]["parallel"]["not_sharded"] == []

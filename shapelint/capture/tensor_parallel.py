@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from shapelint.capture.rows import ROOT_INFO
 from shapelint.errors import ShapelintError
 from shapelint.hardware import ceil_div
 from shapelint.model.records import Gemm
@@ -184,7 +185,7 @@ def _attention_projections(gemms: Sequence[Gemm], free: Sequence[str]) -> dict[s
     out: dict[str, str] = {}
     for attn, at in _first_forward(gemms, attention=True).items():
         for m in free:
-            if m.startswith(attn + "."):
+            if m.startswith(f"{attn}." if attn != ROOT_INFO.path else ""):  # the model itself is the attention
                 out[m] = "column" if first_gemm[m] < at else "row"
     return out
 
