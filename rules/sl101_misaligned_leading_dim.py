@@ -6,8 +6,8 @@ operand or output whose leading dimension (row stride, as laid out in memory),
 pointer offset or batch stride is not a multiple of 16 bytes: 8 elements in
 bf16/fp16, 4 in tf32, 16 in fp8/int8. It models the real layouts: for
 ``nn.Linear(in, out)`` the leading dimensions are ``in`` and ``out``, never the
-token count, so an odd batch is not flagged. Vocabulary sizes are left to SL501
-and convolutions to SL401.
+token count, so an odd batch is not flagged. Vocabulary sizes are left to SL501,
+convolutions to SL401, and a tensor-parallel shard of a size aligned whole to SL601.
 
 ## Why is this bad?
 cuBLAS's fastest (TMA / 16-byte vector load) kernels need 16-byte aligned rows;
@@ -81,11 +81,16 @@ def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> It
         if is_aligned(g, hardware):
             continue
         for value in sorted(misaligned_leading_dims(g, hardware)):
-            if context.is_vocab_dim(value) or (g.module, value) in seen:
+            if context.is_vocab_dim(value) or (g.module, value) in seen or _aligned_whole(value, g, hardware, context):
                 continue
             seen.add((g.module, value))
             covered = tuple(h for h in gemms if h.module == g.module and value in (h.m, h.n, h.k))
             yield _proposal(covered, value, hardware, context)
+
+
+def _aligned_whole(value: int, g: Gemm, hw: Hardware, context: RuleContext) -> bool:
+    """A tensor-parallel shard of a size aligned on one GPU: SL601's."""
+    return context.tp > 1 and g.module in context.sharded and (value * context.tp) % hw.align_elems(g.dtype_bytes) == 0
 
 
 def _proposal(covered: tuple[Gemm, ...], value: int, hw: Hardware, context: RuleContext) -> Proposal:

@@ -47,14 +47,15 @@ def test_gpt2_small_flags_the_lm_head_only(gpt2_config: str, capsys) -> None:
 
 
 def test_tensor_parallel_pads_the_vocab_for_each_gpu(gpt2_config: str, capsys) -> None:
-    # (tp 8 does not divide GPT-2's 12 heads: refused, see tests/test_models_tp.py). At 8 x 1024
-    # tokens a quarter of GPT-2 small is host-bound and the padding's slice-back makes the step
-    # 0.36 ms slower: not reported; at 16 sequences the step is GPU-bound and it saves 5.78 ms.
-    _, doc = lint_json(capsys, gpt2_config, "--gpu", "h200", "--batch", "8", "--seq", "1024", "--tp", "4")
-    assert [x for x in doc["findings"] if x["code"] == "SL501"] == []
+    # (tp 8 does not divide GPT-2's 12 heads: refused, see tests/test_models_tp.py). The eager
+    # DTensor step is host-bound (its host time per tensor-parallel collective, as measured on
+    # 2xH100), so the padding saves no step time at 8 or 16 sequences, and its slice-back's cost
+    # hides under the host too; at 16 sequences it saves 5.78 ms of GPU time.
     _, doc = lint_json(capsys, gpt2_config, "--gpu", "h200", "--batch", "16", "--seq", "1024", "--tp", "4")
     (f,) = [x for x in doc["findings"] if x["code"] == "SL501"]
-    assert f["step_ms_saved"] == pytest.approx(5.7788, abs=1e-3)
+    assert f["step_ms_saved"] == pytest.approx(0.0, abs=1e-3)
+    assert "saves 5.78 ms of GPU time" in f["step_note"]
+    assert doc["summary"]["world_size"] == 4 and doc["summary"]["comm_ms"] > 0
     to = f["suggestion"]["to"]
     assert to % 4 == 0 and (to // 4) % 8 == 0  # divisible by tp, and each shard aligned
     assert to == 50272  # 12568 per GPU: the smallest multiple of 32 above 50257

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from shapelint.pipeline.result import Options
 
 #: settings a shapelint YAML target can carry, by the configuration key they shadow
-TARGET_SETTINGS = ("dtype", "gpu", "training", "tp", "batch", "seq")
+TARGET_SETTINGS = ("dtype", "gpu", "training", "tp", "batch", "seq", "dp", "fsdp", "sp", "gpus_per_node")
 #: the reporting policy's settings (``shapelint.price.Policy``'s fields, hyphenated)
 POLICY_SETTINGS = ("min-loss", "min-speedup", "min-step-share")
 
@@ -161,6 +161,10 @@ class LintPlan:
             batch=pick("batch"),
             seq=pick("seq"),
             tp=pick("tp"),
+            dp=pick("dp"),
+            fsdp=pick("fsdp"),
+            sp=pick("sp"),
+            gpus_per_node=pick("gpus_per_node"),
             compile=pick("compile"),
             optimizer=pick("optimizer"),
             dump_graph=dump_graph,

@@ -3,11 +3,16 @@ column/row-parallel linear layers, attention heads and experts are split N ways.
 
 A column-parallel layer (QKV, MLP up/gate, LM head) keeps every input and splits
 ``out_features``; a row-parallel one (attention output, MLP down) splits
-``in_features``. Which is which is read off the module's name, as Megatron-LM and
-the Hugging Face TP plans name them (:data:`COLUMN_PARALLEL`, :data:`ROW_PARALLEL`,
-:data:`QUALIFIED`). Attention splits its heads, in every GEMM of the attention
-(fused or written by hand), forward and backward alike; a degree that does not
-divide the heads or the key/value heads is refused, as Megatron-LM refuses it.
+``in_features``. Which is which is read off the module's name where Megatron-LM and
+the Hugging Face TP plans name it (:data:`COLUMN_PARALLEL`, :data:`ROW_PARALLEL`,
+:data:`QUALIFIED`), else off the model's structure (:func:`structural_styles`): the
+linear layers of an attention module that run before its attention GEMMs are column
+parallel and those after it row parallel, and a run of linear layers widening ``d → f``
+followed by one narrowing ``f → d`` (an MLP around its activation) is column then
+row. A linear layer neither names nor structure place stays whole on every GPU, and
+:class:`Sharding` lists it, so that the report never claims one GPU's shapes for it.
+Attention splits its heads, in every GEMM of the attention (fused or written by hand),
+forward and backward alike; a degree that does not divide the heads or the key/value heads is refused, as Megatron-LM refuses it.
 Mixture-of-experts layers split each expert's intermediate size. The vocabulary,
 which need not divide, is rounded up (Megatron pads it the same way).
 """
@@ -15,9 +20,10 @@ which need not divide, is rounded up (Megatron pads it the same way).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
+from shapelint.capture.rows import ROOT_INFO
 from shapelint.errors import ShapelintError
 from shapelint.hardware import ceil_div
 from shapelint.model.records import Gemm
@@ -96,18 +102,103 @@ def parallel_style(module: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Sharding:
+    """One tensor-parallel rank's GEMMs, the style of every sharded linear layer, and
+    the linear layers left whole (in forward order)."""
+
+    gemms: list[Gemm]
+    styles: dict[str, str]
+    not_sharded: tuple[str, ...]
+
+
 def shard(gemms: Sequence[Gemm], tp: int) -> list[Gemm]:
     """The GEMMs one of ``tp`` GPUs runs. Raises ShapelintError when ``tp`` does not
     divide an attention's heads or key/value heads."""
+    return sharding(gemms, tp).gemms
+
+
+def sharding(gemms: Sequence[Gemm], tp: int) -> Sharding:
+    """:func:`shard` with the layers it placed and those it left whole."""
     if tp <= 1:
-        return list(gemms)
+        return Sharding(list(gemms), {}, ())
     heads = attention_heads(gemms)
     for module, (h, kv) in sorted(heads.items()):
         if h % tp or kv % tp:
             raise ShapelintError(
                 f"--tp {tp}: {module} has {h} attention heads and {kv} key/value heads; the tensor-parallel "
                 f"degree must divide both (Megatron-LM refuses it); try a divisor of {math.gcd(h, kv)}")
-    return [shard_one(g, tp, g.module in heads) for g in gemms]
+    styles = layer_styles(gemms)
+    whole = tuple(m for m, _, _ in _linears(gemms) if m not in styles)
+    return Sharding([shard_one(g, tp, g.module in heads, styles.get(g.module)) for g in gemms], styles, whole)
+
+
+def _linears(gemms: Sequence[Gemm]) -> list[tuple[str, int, int]]:
+    """(module, in_features, out_features) of each linear layer (``nn.Linear`` or GPT-2's
+    ``Conv1D``), in the order of their first forward GEMM."""
+    seen: dict[str, tuple[str, int, int]] = {}
+    for g in gemms:
+        if g.phase != "forward" or g.module in seen or g.role:
+            continue
+        p = dict(g.module_params)
+        if "in_features" in p and "out_features" in p:
+            seen[g.module] = (g.module, int(p["in_features"]), int(p["out_features"]))
+        elif "nf" in p and "nx" in p:
+            seen[g.module] = (g.module, int(p["nx"]), int(p["nf"]))
+    return list(seen.values())
+
+
+def layer_styles(gemms: Sequence[Gemm]) -> dict[str, str]:
+    """Each linear layer's style ("column" or "row"): by name where known, else by structure."""
+    named = {m: s for m, _, _ in _linears(gemms) if (s := parallel_style(m)) is not None}
+    return {**structural_styles(gemms, named), **named}
+
+
+def structural_styles(gemms: Sequence[Gemm], named: dict[str, str]) -> dict[str, str]:
+    """Styles of the linear layers ``named`` leaves out, from the model's structure (see
+    the module docstring): an attention module's projections, and an MLP's pair."""
+    linears = _linears(gemms)
+    out = _attention_projections(gemms, [m for m, _, _ in linears if m not in named])
+    free = [(m, i, o) for m, i, o in linears if m not in named and m not in out]
+    order = {m: i for i, (m, _, _) in enumerate(linears)}
+    for j, (m, d_in, d_out) in enumerate(free):
+        run = _widening_run(free[:j], order, m, d_in, d_out)
+        if run and not any(r in out for r in run):
+            out.update(dict.fromkeys(run, "column"))
+            out[m] = "row"
+    return out
+
+
+def _first_forward(gemms: Sequence[Gemm], attention: bool) -> dict[str, int]:
+    """The index of each module's first forward GEMM (``attention``: of its attention GEMMs)."""
+    first: dict[str, int] = {}
+    for i, g in enumerate(gemms):
+        if g.phase == "forward" and (not attention or g.role in ("attn_scores", "after_softmax")
+                                     or g.op.startswith("sdpa")):
+            first.setdefault(g.module, i)
+    return first
+
+
+def _attention_projections(gemms: Sequence[Gemm], free: Sequence[str]) -> dict[str, str]:
+    """An attention module's linear children: column before its attention GEMMs, row after."""
+    first_gemm = _first_forward(gemms, attention=False)
+    out: dict[str, str] = {}
+    for attn, at in _first_forward(gemms, attention=True).items():
+        for m in free:
+            if m.startswith(f"{attn}." if attn != ROOT_INFO.path else ""):  # the model itself is the attention
+                out[m] = "column" if first_gemm[m] < at else "row"
+    return out
+
+
+def _widening_run(before: Sequence[tuple[str, int, int]], order: dict[str, int], m: str, d_in: int,
+                  d_out: int) -> list[str]:
+    """The linear layers right before ``m`` that widen ``d_out → d_in`` (``m`` narrows back)."""
+    run: list[str] = []
+    for prev, p_in, p_out in reversed(before):
+        if p_in != d_out or p_out != d_in or d_in == d_out or order[prev] != order[m] - len(run) - 1:
+            break
+        run.append(prev)
+    return run
 
 
 def attention_heads(gemms: Sequence[Gemm]) -> dict[str, tuple[int, int]]:
@@ -149,15 +240,16 @@ def _projected(widths: dict[str, int | None], module: str, children: tuple[str, 
     return width // head_dim if width and width % head_dim == 0 else 0
 
 
-def shard_one(g: Gemm, tp: int, in_attention: bool = False) -> Gemm:
+def shard_one(g: Gemm, tp: int, in_attention: bool = False, style: str | None = None) -> Gemm:
     """``g`` on one of ``tp`` GPUs; ``in_attention``: ``g`` belongs to an attention
-    module, whose batched GEMMs run per head."""
+    module, whose batched GEMMs run per head; ``style``: the layer's parallel style
+    (default: by its name)."""
     if g.role in ("attn_scores", "attn_values") or g.op.startswith("sdpa") or (in_attention and g.op in BATCHED_OPS):
         return replace(g, batch=ceil_div(g.batch, tp)) if g.batch >= tp else g
     expert = _expert_axis(g)
     if expert is not None:
         return set_dim(g, expert, ceil_div(getattr(g, expert), tp))
-    style = parallel_style(g.module)
+    style = style or parallel_style(g.module)
     if style is None or g.phase not in _LINEAR_AXES:
         return g
     axes = _CONV1D_AXES if "nf" in dict(g.module_params) else _LINEAR_AXES

@@ -61,6 +61,8 @@ class Example:
     training: bool = True
     expect: dict[str, Any] = field(default_factory=dict)
     min_speedup: float = 1.0
+    #: tensor-parallel degree the example is linted at (its GEMMs are one GPU's shard)
+    tp: int = 1
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,8 @@ class RuleContext:
     vocab_sizes: frozenset[int] = frozenset()
     #: tensor-parallel degree: suggested sizes must divide by it
     tp: int = 1
+    #: the layers tensor parallelism split (their GEMMs are one GPU's shard)
+    sharded: frozenset[str] = frozenset()
 
     def is_vocab_dim(self, value: int) -> bool:
         """``value`` is a vocabulary size, or one GPU's shard of one."""

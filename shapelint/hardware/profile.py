@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from shapelint.hardware.collectives import Collectives
+
 
 @dataclass(frozen=True)
 class StepProfile:
@@ -114,6 +116,9 @@ class Hardware:
     sources: tuple[str, ...] = ()
     measured: dict[str, Any] = field(default_factory=dict)
     file: str = ""
+    #: collective costs between GPUs of this kind (``collectives:``; None: not measured,
+    #: no parallel layout can be priced on it)
+    collectives: Collectives | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash(_frozen(tuple(vars(self).values()))))

@@ -17,6 +17,7 @@ from typing import Any
 from shapelint.errors import ShapelintError, one_line
 from shapelint.files import parse_yaml, read_text
 from shapelint.hardware.check import check_profile
+from shapelint.hardware.collectives import parse_collectives
 from shapelint.hardware.profile import Hardware, StepProfile
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -104,6 +105,7 @@ def _hardware(doc: dict[str, Any], arch: dict[str, Any], key: str, file: str) ->
         misaligned_memory_efficiency=table("misaligned_memory_efficiency"),
         step=StepProfile(**{k: float(v) for k, v in {**arch.get("step", {}), **(doc.get("step") or {})}.items()}),
         file=file,
+        collectives=parse_collectives(doc.get("collectives"), file or key),
     )
 
 

@@ -20,7 +20,7 @@ from shapelint.files import INT64_MAX, is_int, positive_int, show
 INPUT_KEYS = ("shape", "dtype", "high", "requires_grad")
 
 #: settings a YAML target may carry that must be positive integers
-POSITIVE_SETTINGS = ("batch", "seq", "tp")
+POSITIVE_SETTINGS = ("batch", "seq", "tp", "dp", "fsdp", "gpus_per_node")
 
 
 def settings(doc: Mapping[str, Any], where: str, precisions: Collection[str]) -> None:
@@ -33,8 +33,9 @@ def settings(doc: Mapping[str, Any], where: str, precisions: Collection[str]) ->
         raise ShapelintError(f"{where}: dtype must be one of {', '.join(precisions)}, got {show(doc['dtype'])}")
     if "gpu" in doc and not (isinstance(doc["gpu"], str) and doc["gpu"].strip()):
         raise ShapelintError(f"{where}: gpu must be a GPU name such as h100, got {show(doc['gpu'])}")
-    if "training" in doc and not isinstance(doc["training"], bool):
-        raise ShapelintError(f"{where}: training must be true or false, got {show(doc['training'])}")
+    for key in ("training", "sp"):
+        if key in doc and not isinstance(doc[key], bool):
+            raise ShapelintError(f"{where}: {key} must be true or false, got {show(doc[key])}")
 
 
 def kwargs(values: Any, where: str) -> dict[str, Any]:

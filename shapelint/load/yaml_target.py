@@ -28,9 +28,10 @@ from shapelint.load.loaded import Loaded
 from shapelint.load.usercode import quiet_torch_logs, user_code
 from shapelint.model.records import Source
 
-YAML_KEYS = {"model", "kwargs", "inputs", "dtype", "gpu", "training", "tp", "batch", "seq", "hf_config"}
+YAML_KEYS = {"model", "kwargs", "inputs", "dtype", "gpu", "training", "tp", "batch", "seq", "hf_config", "dp", "fsdp",
+             "sp", "gpus_per_node"}
 #: the keys that are the target's own settings (the run's flags win over them)
-SETTING_KEYS = ("dtype", "gpu", "training", "tp", "batch", "seq")
+SETTING_KEYS = ("dtype", "gpu", "training", "tp", "batch", "seq", "dp", "fsdp", "sp", "gpus_per_node")
 
 
 def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None,

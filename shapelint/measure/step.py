@@ -34,6 +34,7 @@ import torch
 
 from shapelint.errors import ShapelintError, one_line
 from shapelint.load.real import Built
+from shapelint.measure.parallel_step import verify_parallel
 from shapelint.measure.step_blocks import Schedule, alternate
 from shapelint.measure.step_report import Measurements, Timed, step_verification
 from shapelint.measure.step_train import Trainer, dynamo_limits, make_trainer, release, warm
@@ -71,13 +72,18 @@ class RunOptions:
     backend: str = "inductor"
     per_finding: bool = True
     seed: int = 0
+    #: inside a torchrun worker: the parallel layout's wrapper (``shapelint.measure.parallel_wrap``)
+    wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None
     note: Callable[[str], None] = lambda _msg: None
 
 
-def _check_verifiable(r: Result) -> None:
-    if r.tp > 1:
+def _check_verifiable(r: Result, opts: RunOptions) -> None:
+    if r.tp > 1 and r.parallel is None:
         raise ShapelintError(f"{r.target}: --verify --step trains the whole model on one GPU; "
                              f"the lint's shapes are one of {r.tp} tensor-parallel shards")
+    if r.parallel is not None and r.parallel.layout.parallel and opts.wrap is None:
+        raise ShapelintError(f"{r.target}: a step of {r.parallel.layout.world_size} GPUs is measured under torchrun "
+                             "(shapelint.measure.parallel_step)")
     if r.step_model is None or r.step_time is None:
         raise ShapelintError(f"{r.target}: no step estimate to verify")
 
@@ -97,7 +103,7 @@ def verify_result(r: Result, opts: RunOptions | None = None) -> StepVerification
     """Measure ``r``'s step before and after its suggestions; the ``step_verification``
     of the report (docs/json.md)."""
     opts = opts or RunOptions()
-    _check_verifiable(r)
+    _check_verifiable(r, opts)
     assert r.step_model is not None and r.step_time is not None
     compiled = r.step_time.mode == "compile"
     applied_edits, not_applied = plan(r)
@@ -106,7 +112,8 @@ def verify_result(r: Result, opts: RunOptions | None = None) -> StepVerification
     groups, per_finding_note = _groups(applied, opts.per_finding)
     root = scratch_root(Path(r.target))
     make = functools.partial(make_trainer, device=opts.device, precision=r.precision, training=r.training,
-                             optimizer=r.step_model.optimizer, compile=compiled, backend=opts.backend)
+                             optimizer=r.step_model.optimizer, compile=compiled, backend=opts.backend,
+                             wrap=opts.wrap)
     old_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = r.precision == "tf32"
     before: Trainer | None = None
@@ -179,6 +186,14 @@ def _measure_change(r: Result, label: str, findings: tuple[Finding, ...], before
 # -- every target (the CLI) ---------------------------------------------------------------
 
 
+def _verify_one(r: Result, opts: RunOptions | None) -> StepVerification:
+    """One target: a parallel layout's under torchrun, else in this process."""
+    if r.parallel is not None and r.parallel.layout.parallel:
+        run = opts or RunOptions()
+        return verify_parallel(r, run.schedule, run.note)
+    return verify_result(r, opts)
+
+
 def verify_results(results: Sequence[Result], opts: RunOptions | None = None) -> tuple[list[Result], list[tuple[str, str]]]:
     """``--verify --step`` over every linted target: each result with its
     ``step_verification``, and (target, message) for each that could not be measured."""
@@ -186,7 +201,7 @@ def verify_results(results: Sequence[Result], opts: RunOptions | None = None) ->
     for r in results:
         try:
             with contextlib.redirect_stdout(sys.stderr):  # stdout carries the report; the model may print
-                v = verify_result(r, opts)
+                v = _verify_one(r, opts)
         except ShapelintError as exc:
             failed.append((r.target, one_line(exc)))
             out.append(r)

@@ -68,21 +68,31 @@ class Trainer:
 
 
 def _optimizer(params: list[torch.nn.Parameter], name: str) -> tuple[torch.optim.Optimizer | None, bool | None]:
-    """The optimizer the step model prices, fused where the device has the kernel."""
+    """The optimizer the step model prices, fused where the device has the kernel; one
+    parameter group per tensor class (a fused kernel cannot mix DTensor shards and
+    plain tensors, as a tensor-parallel model holds)."""
     classes = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
     if name == "none" or not params:
         return None, None
     cls = classes[name]
+    by_class: dict[type, list[torch.nn.Parameter]] = {}
+    for p in params:
+        by_class.setdefault(type(p.data), []).append(p)
+    groups = [{"params": ps} for ps in by_class.values()]
     try:
-        return cls(params, lr=LEARNING_RATE, fused=True), True
+        return cls(groups, lr=LEARNING_RATE, fused=True), True
     except (RuntimeError, ValueError, TypeError):  # no fused kernel for these tensors' device
-        return cls(params, lr=LEARNING_RATE), False
+        return cls(groups, lr=LEARNING_RATE), False
 
 
 def make_trainer(label: str, built: Built, inputs: Any, *, device: str, precision: str, training: bool,
-                 optimizer: str, compile: bool, backend: str = "inductor") -> Trainer:
-    """The default training step of ``built`` (see the module docstring)."""
+                 optimizer: str, compile: bool, backend: str = "inductor",
+                 wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> Trainer:
+    """The default training step of ``built`` (see the module docstring); ``wrap``: the
+    parallel layout's wrapper (``shapelint.measure.parallel_wrap``)."""
     model = built.model.float().train(training)
+    if wrap is not None:
+        model = wrap(model)
     args, kwargs = split_inputs(cast_tree(inputs, torch.float32))
     params = [p for p in model.parameters() if p.requires_grad] if training else []
     opt, fused = _optimizer(params, optimizer) if training else (None, None)

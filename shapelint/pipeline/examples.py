@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shapelint.capture.run import Capture
+from shapelint.capture.tensor_parallel import sharding
 from shapelint.check.rule_api import Example, Rule, RuleContext
 from shapelint.hardware import resolve
 from shapelint.model.records import Finding
@@ -22,8 +23,10 @@ def trace_example(rule: Rule, example: Example) -> tuple[Capture, RuleContext]:
         return eval(example.model, scope), eval(example.inputs, scope)
 
     cap, model = trace(build, precision=example.dtype, training=example.training)
+    sharded = sharding(cap.gemms, example.tp)
+    cap.gemms = sharded.gemms
     ctx = RuleContext(precision=example.dtype, training=example.training, tokens=cap.tokens,
-                      vocab_sizes=vocab_sizes(model))
+                      vocab_sizes=vocab_sizes(model), tp=example.tp, sharded=frozenset(sharded.styles))
     return cap, ctx
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from shapelint.capture.run import Capture
 from shapelint.hardware import Hardware
+from shapelint.model.parallel import ParallelPlan
 from shapelint.model.records import Finding, GraphBreaks
 from shapelint.model.step_verification import StepVerification
 from shapelint.price import Policy, StepEstimate, StepModel
@@ -27,6 +28,11 @@ class Options:
     batch: int | None = None
     seq: int | None = None
     tp: int | None = None
+    #: the parallel layout's other degrees (None: the target's setting, else one GPU)
+    dp: int | None = None
+    fsdp: int | None = None
+    sp: bool | None = None
+    gpus_per_node: int | None = None
     #: price the step as torch.compile runs it (None: the target's setting, else eager)
     compile: bool | None = None
     #: the optimizer step priced (shapelint.pipeline.settings.OPTIMIZERS; None: the default, adamw)
@@ -70,6 +76,8 @@ class Result:
     #: application fills it in: no output may replace one, and ``--fix`` edits a file only
     #: while it still holds those bytes)
     inputs: tuple[tuple[str, str], ...] = ()
+    #: what the parallel layout does to the step (None: one GPU; shapelint.model.parallel)
+    parallel: ParallelPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +119,7 @@ def result_from_data(data: Any) -> Result:
     step = Step(cap.gemms, cap.ops, cap.params, result.training, cap.syncs, cap.breaks,
                 serial.decode(GraphBreaks | None, model["graphs"]))
     try:
-        sm = StepModel(step, result.hardware, model["mode"], model["optimizer"])
+        sm = StepModel(step, result.hardware, model["mode"], model["optimizer"], result.parallel)
     except (KeyError, ValueError, TypeError, IndexError) as exc:
         raise serial.DecodeError(f"$.step_model: {exc}") from None
     return replace(result, step_model=sm)

@@ -16,9 +16,10 @@ from typing import Any
 import torch
 
 from shapelint import hardware
+from shapelint.capture.parallel_plan import parallel_plan
 from shapelint.capture.precision import PRECISIONS, to_precision
 from shapelint.capture.run import Capture, capture
-from shapelint.capture.tensor_parallel import shard
+from shapelint.capture.tensor_parallel import sharding
 from shapelint.capture.traceable import check_not_compiled, explain, refusing_compile
 from shapelint.check.rule_api import Rule, RuleContext
 from shapelint.check.run import run_rules
@@ -30,6 +31,7 @@ from shapelint.load.loaded import Loaded
 from shapelint.load.run import load
 from shapelint.load.usercode import user_code
 from shapelint.locate.config_keys import locate_all
+from shapelint.model.parallel import Layout
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Options, Result
 from shapelint.pipeline.settings import default
@@ -74,6 +76,7 @@ class Resolved:
     tp: int
     training: bool
     compiled: bool
+    layout: Layout = Layout()
 
 
 def resolve_target(opts: Options, loaded: Loaded, hw: Hardware | None) -> Resolved:
@@ -81,10 +84,19 @@ def resolve_target(opts: Options, loaded: Loaded, hw: Hardware | None) -> Resolv
     precision = resolve_precision(opts, loaded)
     if hw is None:
         hw = hardware.resolve(str(loaded.settings["gpu"])) if "gpu" in loaded.settings else hardware.default_gpu()
+    def pick(name: str) -> Any:
+        given = getattr(opts, name)
+        return given if given is not None else loaded.settings.get(name, default(name.replace("_", "-")))
+
+    layout = Layout(dp=int(pick("dp")), fsdp=int(pick("fsdp")), tp=int(pick("tp")), sp=bool(pick("sp")),
+                    gpus_per_node=int(pick("gpus_per_node")))
+    if layout.sp and layout.tp == 1:
+        raise ShapelintError("--sp (sequence parallelism) needs --tp above 1")
     return Resolved(
         precision=precision,
         hardware=hw,
-        tp=opts.tp if opts.tp is not None else int(loaded.settings.get("tp", 1)),
+        layout=layout,
+        tp=layout.tp,
         training=opts.training if opts.training is not None else bool(loaded.settings.get("training", True)),
         compiled=opts.compile if opts.compile is not None else bool(loaded.settings.get("compile", False)),
     )
@@ -111,8 +123,11 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
 
             graph = joint_graph(loaded.model, inputs, training).print_readable(print_output=False)
             write_file(opts.dump_graph, graph, "--dump-graph")
-    if tp > 1:
-        cap.gemms = shard(cap.gemms, tp)
+    sharded = sharding(cap.gemms, tp) if tp > 1 else None
+    if sharded is not None:
+        cap.gemms = sharded.gemms
+    plan = parallel_plan(loaded.model, cap.gemms, target.layout, sharded, precision) \
+        if target.layout.parallel else None
     tokens = token_count(loaded.inputs)
     ctx = RuleContext(
         precision=precision,
@@ -120,18 +135,20 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
         tokens=tokens,
         vocab_sizes=vocab_sizes(loaded.model),
         tp=tp,
+        sharded=frozenset(sharded.styles) if sharded is not None else frozenset(),
     )
     graphs = loaded.compile_probe() if target.compiled and loaded.compile_probe is not None else None
     step_of_capture = Step(cap.gemms, cap.ops, cap.params, training, cap.syncs, cap.breaks, graphs)
     model = StepModel(step_of_capture, hw, "compile" if target.compiled else "eager",
-                      opts.optimizer or str(default("optimizer")))
+                      opts.optimizer or str(default("optimizer")), plan)
     findings = price(run_rules(rules, cap.gemms, hw, ctx), cap.gemms, hw, opts.policy, on=model)
     if loaded.config_file:
         findings = locate_all(findings, loaded.config_keys, loaded.config_file, tp=tp)
     step = step_estimate(cap.gemms, findings, hw)
     return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file,
                   tp=tp, policy=opts.policy, step_model=model, step_time=model.before,
-                  step_time_after=model.after(findings), options=opts, gemm_times=gemm_times(cap.gemms, hw))
+                  step_time_after=model.after(findings), options=opts, gemm_times=gemm_times(cap.gemms, hw),
+                  parallel=plan)
 
 
 def lint_module(model: torch.nn.Module, example_inputs: Any, opts: Options, hw: Hardware | None,

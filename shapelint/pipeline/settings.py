@@ -40,6 +40,10 @@ class Settings:
     batch: int | None = None
     seq: int | None = None
     tp: int | None = None
+    dp: int | None = None
+    fsdp: int | None = None
+    sp: bool | None = None
+    gpus_per_node: int | None = None
     format: str | None = None
     select: list[str] | None = None
     ignore: list[str] | None = None
@@ -83,6 +87,13 @@ SETTINGS: tuple[Setting, ...] = (
                                  "configs)"),
     Setting("seq", "positive", "sequence length, likewise (default 1024 for configs)"),
     Setting("tp", "positive", "tensor-parallel degree (Megatron-style sharding; default 1)", 1),
+    Setting("dp", "positive", "data-parallel degree: DDP replicas, each with its own --batch (default 1)", 1),
+    Setting("fsdp", "positive", "sharded data-parallel degree: FSDP2 fully_shard per block, each rank its own "
+                                "--batch (default 1)", 1),
+    Setting("sp", "bool", "sequence parallelism with --tp: reduce-scatter and all-gather instead of all-reduce "
+                          "(default: off)", False),
+    Setting("gpus-per-node", "positive", "GPUs per machine (NVLink within one, the network between them; "
+                                         "default 8)", 8),
     Setting("format", "format", "report format: text, json, sarif (GitHub code scanning), github (workflow "
                                 "annotations), concise (one line per finding: path:line:col: CODE message); "
                                 "default text (--output-format is the same flag, as ruff spells it)", "text"),

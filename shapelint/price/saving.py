@@ -9,7 +9,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from shapelint.hardware import Hardware
+from shapelint.model.parallel import ParallelPlan
 from shapelint.model.records import Finding, Gemm
+from shapelint.price.communication import Communication, communication, with_communication
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.inductor import inductor_laid_out, pad_mm_padded
 from shapelint.price.step import Mode, Step, StepTime, side_ms, step_time
@@ -44,13 +46,33 @@ def inductor_note(padded: int, laid_out: int, total: int) -> str:
 class StepModel:
     """The training step a finding is priced on (``shapelint.price.step``)."""
 
-    def __init__(self, step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw") -> None:
-        self.step, self.hw, self.mode, self.optimizer = step, hw, mode, optimizer
-        self.before = step_time(step, hw, mode, optimizer)
+    def __init__(self, step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw",
+                 parallel: ParallelPlan | None = None) -> None:
+        self.step, self.hw, self.mode, self.optimizer, self.parallel = step, hw, mode, optimizer, parallel
+        self.before = self._timed(step_time(self._rank_step, hw, mode, optimizer))
         if mode == "compile":
-            eager = step_time(step, hw, "eager", optimizer)
+            eager = self._timed(step_time(self._rank_step, hw, "eager", optimizer))
             if self.before.ms > eager.ms:
                 self.before = replace(self.before, note=self._slower_than_eager(eager))
+
+    @property
+    def _rank_step(self) -> Step:
+        """The step one rank runs: under a parallel layout, its own parameters' optimizer."""
+        if self.parallel is None or not self.parallel.layout.parallel:
+            return self.step
+        return replace(self.step, params=self.parallel.rank_params)
+
+    def communication(self, one_gpu: StepTime | None = None) -> Communication:
+        """What the parallel layout adds to the step (nothing on one GPU)."""
+        if self.parallel is None or not self.parallel.layout.parallel:
+            return Communication()
+        t = one_gpu or step_time(self._rank_step, self.hw, self.mode, self.optimizer)
+        return communication(self.parallel, t, self.hw, self.step.training)
+
+    def _timed(self, one_gpu: StepTime) -> StepTime:
+        if self.parallel is None or not self.parallel.layout.parallel:
+            return one_gpu
+        return with_communication(one_gpu, self.communication(one_gpu), self.parallel.layout.world_size)
 
     def _slower_than_eager(self, eager: StepTime) -> str:
         """Why the compiled step is estimated slower than eager: the attention calls that
@@ -74,7 +96,7 @@ class StepModel:
         applied = [f for f in findings if f.gain != "throughput"]
         slices = dict.fromkeys(s for f in applied if not f.suppressed for s in f.slices)
         extra = side_ms(slices, self.hw, self.mode, self.step.training)
-        return step_time(self.step, self.hw, self.mode, self.optimizer, best_after(applied), extra)
+        return self._timed(step_time(self._rank_step, self.hw, self.mode, self.optimizer, best_after(applied), extra))
 
     def priced(self, f: Finding) -> tuple[Finding, float]:
         """``f`` with its step saving, and the GPU time it saves (the policy's measure)."""
@@ -84,7 +106,8 @@ class StepModel:
         gpu_saved = self.before.gpu_ms - after.gpu_ms
         note = self._compile_note(f.gemms) if self.mode == "compile" else ""
         if not note and after.bound == "host" and gpu_saved > 0:
-            note = (f"the step is bound by the host issuing its {self.before.kernels} kernels "
+            engines = " and the parallel engines' work" if self.before.world_size > 1 else ""
+            note = (f"the step is bound by the host issuing its {self.before.kernels} kernels{engines} "
                     f"({self.before.host_ms:.1f} ms of host time; hosts differ up to 2x, `shapelint calibrate` "
                     f"measures yours); this saves {gpu_saved:.2f} ms of GPU time, which shows "
                     "once the step is GPU-bound (torch.compile, CUDA graphs, a larger batch)")

@@ -48,6 +48,7 @@ from functools import cached_property
 
 from shapelint.hardware import Hardware
 from shapelint.model.graphs import GraphBreaks
+from shapelint.model.parallel import Communication
 from shapelint.model.records import Gemm, Op, Slice
 from shapelint.price.gemm import gemm_ms, kernels
 from shapelint.price.host import Issued, between_graphs, host_costs, serialised_ms
@@ -81,6 +82,12 @@ class StepTime:
     #: why a compiled step is estimated slower than the same step eager ("" otherwise;
     #: ``shapelint.price.saving.StepModel``)
     note: str = ""
+    #: GPU time the step waits for communication (``shapelint.price.communication``;
+    #: several GPUs only), and the GPUs the step runs on (this is each one's step)
+    comm_ms: float = 0.0
+    world_size: int = 1
+    #: every collective of the step and what it adds (several GPUs only)
+    communication: Communication | None = None
 
     @property
     def bound(self) -> str:
@@ -97,6 +104,7 @@ class StepTime:
             "by_class": {k: round(v, 4) for k, v in self.by_class}, "host_syncs": self.syncs,
             "step_ms_range": [round(v, 4) for v in self.ms_range],
             **({"note": self.note} if self.note else {}),
+            **({"comm_ms": round(self.comm_ms, 4), "world_size": self.world_size} if self.world_size > 1 else {}),
         }
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from shapelint.physics.kernels import scan_note
 from shapelint.pipeline.result import Result, TargetError
+from shapelint.report.parallel import summary_keys
 from shapelint.version import __version__
 
 
@@ -38,6 +39,7 @@ def summary(r: Result) -> dict[str, Any]:
         "findings": sum(1 for f in r.findings if not f.suppressed),
         "suppressed": sum(1 for f in r.findings if f.suppressed),
         **_step(r),
+        **summary_keys(r),
         **({"step_verification": r.step_verification.to_json()} if r.step_verification is not None else {}),
         **({"ssm_kernels": note} if (note := scan_note(op.name for op in r.capture.ops)) else {}),
     }

@@ -14,6 +14,7 @@ from shapelint.model.locations import ConfigLocation
 from shapelint.model.records import Finding
 from shapelint.physics.kernels import scan_note
 from shapelint.pipeline.result import Result
+from shapelint.report.parallel import communication_lines, layout_text, not_sharded_line
 from shapelint.report.verification import finding_line
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -32,11 +33,13 @@ def gemm_count_line(r: Result) -> str:
 def _header(console: Console, r: Result) -> None:
     mode = "training" if r.training else "inference"
     tokens = f", {r.tokens} tokens/step" if r.tokens else ""
-    if r.tp > 1:
-        tokens += f", tensor parallel {r.tp} (one GPU's shapes)"
+    tokens += layout_text(r)
     console.print(Text(r.target, style="bold"))
     console.print(f"  GPU {r.hardware.name} ({r.hardware.key}), {r.precision}, {mode}{tokens}")
     console.print(f"  {gemm_count_line(r)}")
+    whole = not_sharded_line(r)
+    if whole:
+        console.print(f"  {whole}", highlight=False)
 
 
 def step_line(r: Result) -> str:
@@ -203,6 +206,8 @@ def _footer(console: Console, r: Result) -> None:
     n = sum(1 for f in r.findings if not f.suppressed)
     verdict = f"{n} finding{'s' if n != 1 else ''}" if n else "no findings"
     console.print(f"  {verdict}; {step_line(r)}", highlight=False)
+    for line in communication_lines(r):
+        console.print(f"  {line}", highlight=False)
     graphs = graphs_line(r)
     if graphs:
         console.print(f"  {graphs}", style="dim", highlight=False)

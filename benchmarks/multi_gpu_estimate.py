@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""shapelint's estimate of the 2-GPU DDP, FSDP2 and tensor-parallel steps against a
+measurement: prints (model, layout, estimated, measured, error) and writes JSON.
+
+    # on a machine with 2 GPUs: measure (benchmarks/multi_gpu_step.py) and compare
+    torchrun --standalone --nproc_per_node 2 benchmarks/multi_gpu_estimate.py --measure
+    # anywhere: compare with a measurement already on disk
+    python benchmarks/multi_gpu_estimate.py --from docs/data/multi_gpu_2xh100_2026-11-25.json
+
+The models and steps are ``multi_gpu_step.py``'s (GPT-2 small, an OPT-125m with GPT-2
+small's shapes, a Llama-3.2-1B-shaped model; batch per GPU, 1024 tokens, bf16
+autocast over fp32 parameters, fused AdamW, eager). Layouts: ``ddp`` (``--dp 2``),
+``fsdp`` (``--fsdp 2``), ``tp_pmi`` (``--tp 2``: Megatron's two all-reduces per block
+each way, which ``PrepareModuleInput`` gives DTensor). The estimate prices the step
+on the profile named by ``--gpu`` (default h100). Each layout is compared as a ratio
+to the one-GPU step measured beside it, and as milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+
+def use_this_checkout() -> None:
+    """Import shapelint from this checkout, ``rules/`` as ``shapelint.rules`` (what an
+    install maps), whatever else is installed: the GPU machine gets a copy of the tree."""
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT))
+    for name in [m for m in sys.modules if m == "shapelint" or m.startswith("shapelint.")]:
+        del sys.modules[name]
+    import shapelint
+
+    spec = importlib.util.spec_from_file_location("shapelint.rules", ROOT / "rules" / "__init__.py",
+                                                  submodule_search_locations=[str(ROOT / "rules")])
+    assert spec is not None and spec.loader is not None
+    rules = importlib.util.module_from_spec(spec)
+    sys.modules["shapelint.rules"] = rules
+    spec.loader.exec_module(rules)
+    shapelint.rules = rules  # type: ignore[attr-defined]
+
+#: measured layout → shapelint's options
+LAYOUTS = {"none": {}, "ddp": {"dp": 2}, "fsdp": {"fsdp": 2}, "tp_pmi": {"tp": 2}}
+#: what the benchmark runs by default; GPT-2's fused Conv1D c_attn takes no DTensor TP
+PAIRS = [("gpt2", "ddp"), ("gpt2", "fsdp"), ("opt125m", "ddp"), ("opt125m", "fsdp"), ("opt125m", "tp_pmi"),
+         ("llama1b", "ddp"), ("llama1b", "fsdp"), ("llama1b", "tp_pmi"), ("llama1b_ffn8200", "tp_pmi")]
+#: the finding only the shard shows (SL601): Llama-3.2-1B's shapes with intermediate_size 8200,
+#: aligned whole (8 x 1025) and 4100 (4 x 1025, misaligned) on each of 2 GPUs
+SHARD_MODEL = "llama1b_ffn8200"
+SHARD_FFN = 8200
+
+
+def register_shard_model() -> None:
+    """Teach multi_gpu_step.py the SL601 model (its own models are unchanged)."""
+    import multi_gpu_step as bench
+
+    if SHARD_MODEL in bench.MODELS:
+        return
+    bench.MODELS[SHARD_MODEL] = bench.MODELS["llama1b"]
+    original = bench.make_config
+
+    def make_config(name: str, smoke: bool):  # type: ignore[no-untyped-def]
+        if name != SHARD_MODEL:
+            return original(name, smoke)
+        cfg = original("llama1b", smoke)
+        cfg.intermediate_size = SHARD_FFN if not smoke else 136
+        return cfg
+
+    bench.make_config = make_config
+
+
+def estimate(name: str, layout: str, gpu: str, folder: Path) -> dict[str, float]:
+    """shapelint's step for ``name`` under ``layout`` (ms, and the parts)."""
+    import multi_gpu_step as bench
+
+    from shapelint.app.api import lint_target
+
+    register_shard_model()
+    cfg_dir = folder / name
+    if not (cfg_dir / "config.json").exists():
+        bench.make_config(name, False).save_pretrained(cfg_dir)
+    _, batch, seq = bench.MODELS[name]
+    r = lint_target(cfg_dir / "config.json", gpu=gpu, batch=batch, seq=seq, **LAYOUTS[layout]).result
+    t = r.step_time
+    assert t is not None
+    shard = [f for f in r.findings if f.code == "SL601"]
+    return {"step_ms": t.ms, "gpu_ms": t.gpu_ms, "host_ms": t.host_ms, "comm_ms": t.comm_ms,
+            "sl601_findings": len(shard), "sl601_gemm_ms_saved": sum(f.saved_ms for f in shard),
+            "sl601_step_ms_saved": sum(f.step_ms_saved or 0.0 for f in shard)}
+
+
+def compare(measured: list[dict], gpu: str) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        base: dict[str, dict[str, float]] = {}
+        for name, layout in PAIRS:
+            m = next((s for s in measured if s["model"] == name and s["mode"] == layout), None)
+            if m is None:
+                continue
+            if name not in base:
+                base[name] = estimate(name, "none", gpu, Path(tmp))
+            est = estimate(name, layout, gpu, Path(tmp))
+            est_ratio = est["step_ms"] / base[name]["step_ms"]
+            rows.append({"model": name, "layout": layout, "est_ms": est["step_ms"], "est_one_gpu_ms": base[name]["step_ms"],
+                         "est_ratio": est_ratio, "measured_ms": m["step_ms"], "measured_one_gpu_ms": m["baseline_ms"],
+                         "measured_ratio": m["ratio"], "ratio_error": est_ratio / m["ratio"] - 1,
+                         "ms_error": est["step_ms"] / m["step_ms"] - 1, "est": est})
+    return rows
+
+
+def shard_effect(rows: list[dict]) -> dict | None:
+    """SL601's measured effect: the TP 2 step at intermediate_size 8200 against 8192."""
+    by = {(r["model"], r["layout"]): r for r in rows}
+    a, b = by.get(("llama1b", "tp_pmi")), by.get((SHARD_MODEL, "tp_pmi"))
+    if a is None or b is None:
+        return None
+    return {"est_step_ms_8192": a["est_ms"], "est_step_ms_8200": b["est_ms"],
+            "measured_step_ms_8192": a["measured_ms"], "measured_step_ms_8200": b["measured_ms"],
+            "measured_ratio_8192": a["measured_ratio"], "measured_ratio_8200": b["measured_ratio"],
+            "sl601_findings": b["est"]["sl601_findings"], "sl601_gemm_ms_saved": b["est"]["sl601_gemm_ms_saved"],
+            "sl601_step_ms_saved": b["est"]["sl601_step_ms_saved"]}
+
+
+def print_rows(rows: list[dict]) -> None:
+    print(f"{'model':9} {'layout':7} {'est ms':>8} {'meas ms':>8} {'error':>7}   {'est ×':>6} {'meas ×':>6} {'error':>7}"
+          f"   {'comm':>6} {'host':>7} {'gpu':>7}")
+    for r in rows:
+        e = r["est"]
+        print(f"{r['model']:9} {r['layout']:7} {r['est_ms']:8.1f} {r['measured_ms']:8.1f} {100 * r['ms_error']:+6.1f}%"
+              f"   {r['est_ratio']:6.2f} {r['measured_ratio']:6.2f} {100 * r['ratio_error']:+6.1f}%"
+              f"   {e['comm_ms']:6.1f} {e['host_ms']:7.1f} {e['gpu_ms']:7.1f}")
+
+
+def measure(argv: list[str]) -> list[dict] | None:
+    """Run multi_gpu_step.py's steps (rank 0 gets them; other ranks None)."""
+    import multi_gpu_step as bench
+
+    register_shard_model()
+    out = Path(os.environ.get("OUT", "."))
+    models = ",".join(dict.fromkeys(name for name, _ in PAIRS))
+    sys.argv = ["multi_gpu_step.py", "--models", models, "--modes", "none,ddp,fsdp,tp_pmi",
+                "--skip", "collectives,contention,dtensor",
+                "--out", str(out), *argv]
+    bench.main()
+    if int(os.environ.get("RANK", "0")) != 0:
+        return None
+    return list(json.loads((out / "multi_gpu_bench.json").read_text())["steps"])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--from", dest="source", help="a multi_gpu_step.py JSON to compare with (no GPU needed)")
+    p.add_argument("--measure", action="store_true", help="measure now (under torchrun, 2 GPUs)")
+    p.add_argument("--gpu", default="h100")
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    args, rest = p.parse_known_args()
+    use_this_checkout()
+    if args.measure:
+        steps = measure(rest)
+        if steps is None:
+            return 0
+    elif args.source:
+        steps = json.loads(Path(args.source).read_text())["steps"]
+    else:
+        p.error("give --from FILE or --measure")
+    import shapelint.rules
+
+    import shapelint
+
+    print(f"shapelint from {Path(shapelint.__file__).parent}, rules from {list(shapelint.rules.__path__)}")
+    rows = compare(steps, args.gpu)
+    print_rows(rows)
+    shard = shard_effect(rows)
+    if shard is not None:
+        print("SL601 (intermediate_size 8200 at TP 2, 4100 per GPU):", json.dumps(shard))
+    worst = max((abs(r["ms_error"]) for r in rows), default=0.0)
+    print(f"worst step error {100 * worst:.1f}% over {len(rows)} (model, layout) pairs")
+    Path(args.out, "multi_gpu_estimate.json").write_text(json.dumps({"rows": rows, "sl601": shard}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

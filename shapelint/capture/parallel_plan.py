@@ -1,0 +1,93 @@
+"""What a parallel layout does to one model's step (:class:`ParallelPlan`), read off the
+model on fake tensors and its captured (tensor-parallel sharded) GEMMs.
+
+- **Gradients** in the order the backward makes them ready, as DDP buckets them: the
+  reverse of the registration order (the last layer's first), a tied weight counted
+  once and last (its first use, the embedding, is the last gradient the backward
+  finishes). A tensor-parallel layer's weight is 1/TP of itself on each rank.
+- **FSDP2 groups** as ``fully_shard`` is usually applied, once per block of the
+  model's repeated layers (its outermost ``ModuleList``) and once on the root, which
+  keeps every parameter no block holds (embeddings, final norm, LM head).
+- **Tensor-parallel layers**: each row-parallel layer reduces its output over the
+  group in the forward (tokens × width in the compute dtype) and its block's input
+  gradient in the backward (the same elements in the parameters' dtype, the residual
+  stream's dtype under autocast): Megatron's two all-reduces per block each way.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import torch
+
+from shapelint.capture.replay.layers import stacks
+from shapelint.capture.tensor_parallel import Sharding
+from shapelint.model.dtypes import DTYPE_BYTES
+from shapelint.model.parallel import Layout, ParallelPlan, ParamGroup, TensorParallelLayer
+from shapelint.model.records import Gemm
+
+
+def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout, sharded: Sharding | None,
+                  precision: str) -> ParallelPlan:
+    """The plan of ``model``'s step under ``layout``; ``gemms`` are one rank's GEMMs and
+    ``sharded`` what tensor parallelism did to them (None: no tensor parallelism)."""
+    styles = sharded.styles if sharded is not None else {}
+    tp = layout.tp
+    owners = Counter(id(q) for m in model.modules() for q in m.parameters(recurse=False))
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+    def elems(name: str, p: torch.Tensor) -> int:
+        owner = name.rsplit(".", 1)[0]
+        split = tp if owner in styles and (p.dim() >= 2 or styles[owner] == "column") else 1
+        return -(-p.numel() // split)
+
+    def nbytes(name: str, p: torch.Tensor) -> int:
+        return elems(name, p) * p.element_size()
+
+    grads = [nbytes(n, p) for n, p in reversed(trained)]
+    tied = [i for i, (_, p) in enumerate(reversed(trained)) if owners[id(p)] > 1]  # an embedding tied to the LM head
+    for i in sorted(tied, reverse=True):  # a tied weight's gradient is ready last
+        grads.append(grads.pop(i))
+    return ParallelPlan(
+        layout=layout,
+        grads=tuple(grads),
+        groups=_groups(model, dict(trained), nbytes),
+        tp_layers=_tp_layers(gemms, styles, precision, trained) if tp > 1 else (),
+        tp_sharded=len(styles),
+        tp_styles=tuple(sorted(styles.items())),
+        not_sharded=sharded.not_sharded if sharded is not None else (),
+        rank_params=tuple((-(-elems(n, p) // layout.fsdp), p.element_size()) for n, p in trained),
+    )
+
+
+def _groups(model: torch.nn.Module, trained: dict[str, torch.Tensor],
+            nbytes: Callable[[str, torch.Tensor], int]) -> tuple[ParamGroup, ...]:
+    """The root group first, then one per block of the outermost repeated layers."""
+    found = stacks(model)
+    blocks = max(found, key=lambda s: len(s[1]))[1] if found else []
+    in_block: set[str] = set()
+    out = []
+    for path, block in blocks:
+        names = [f"{path}.{n}" for n, q in block.named_parameters() if f"{path}.{n}" in trained]
+        in_block.update(names)
+        out.append(ParamGroup(path, sum(nbytes(n, trained[n]) for n in names), len(names)))
+    root = [n for n in trained if n not in in_block]
+    return (ParamGroup("<root>", sum(nbytes(n, trained[n]) for n in root), len(root)), *out)
+
+
+def _tp_layers(gemms: Sequence[Gemm], styles: dict[str, str], precision: str,
+               trained: Sequence[tuple[str, torch.Tensor]]) -> tuple[TensorParallelLayer, ...]:
+    """Each row-parallel layer's forward and backward all-reduce sizes."""
+    param_bytes = max((p.element_size() for _, p in trained), default=4)
+    compute = DTYPE_BYTES.get(precision, param_bytes)
+    out: dict[str, TensorParallelLayer] = {}
+    for g in gemms:
+        if g.phase != "forward" or styles.get(g.module) != "row" or g.module in out:
+            continue
+        elems = g.m * g.n * g.batch
+        out[g.module] = TensorParallelLayer(g.module, elems * compute, elems * param_bytes)
+    return tuple(out.values())
+
+
+__all__ = ["parallel_plan"]

@@ -1,0 +1,142 @@
+"""The ``collectives:`` section of a GPU profile: what NCCL's collectives cost between
+GPUs of this kind, and the host time the parallel engines add.
+
+A table per collective (``all_reduce``, ``all_gather``, ``reduce_scatter``) of
+``[bytes, µs]`` pairs measured at ``world`` GPUs within one node (NVLink), bytes
+being the whole array as nccl-tests counts it (the all-reduce buffer, the gathered
+output, the reduce-scatter input). Between the measured sizes the time is
+interpolated linearly in log(bytes) → log(time) (interpolating bandwidth instead
+would make time fall with size); below the smallest it is the smallest's time (the
+latency floor); above the largest it grows in proportion to the bytes. Another world
+size on the same link scales the time by the ring's bus factor, ``2(n−1)/n`` over
+its value at the measured size (nccl-tests' bus bandwidth is nearly independent of
+the rank count: 329, 355, 361 GB/s at 2, 4, 8 H100s for a 1 GiB all-reduce). A
+group that leaves one node runs at ``network_busbw_gbps`` (an assumption: one
+400 Gb/s NIC per GPU) plus ``network_latency_us`` per call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shapelint.errors import ShapelintError
+from shapelint.files import show
+
+#: the collectives a profile tables
+OPS = ("all_reduce", "all_gather", "reduce_scatter")
+#: host time the parallel engines add, microseconds (see :class:`HostCosts`)
+HOST_KEYS = ("ddp_tensor", "fsdp_group", "fsdp_tensor", "tp_layer", "tp_collective")
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """Host time per step that a parallel engine adds to an eager step, µs."""
+
+    #: DDP, per trained tensor: its autograd hook, the copy into its bucket, the copy back out
+    ddp_tensor: float
+    #: FSDP2, per ``fully_shard`` group: its pre/post forward and backward hooks, the
+    #: all-gather copy-in and copy-out and the reduce-scatter's launches
+    fsdp_group: float
+    #: FSDP2, per trained tensor: its DTensor shard (the optimizer and the gradient's
+    #: views run through DTensor dispatch)
+    fsdp_tensor: float
+    #: tensor parallelism (DTensor), per sharded linear layer: its forward, backward and
+    #: optimizer ops dispatched on DTensors
+    tp_layer: float
+    #: tensor parallelism, per activation collective (``from_local``/``redistribute``)
+    tp_collective: float
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """A GPU's collective costs (see the module docstring)."""
+
+    world: int
+    #: per op: ((bytes, µs), ...) ascending by bytes
+    tables: tuple[tuple[str, tuple[tuple[int, float], ...]], ...]
+    network_busbw_gbps: float
+    network_latency_us: float
+    #: fraction by which compute slows while a collective overlaps it (NCCL's kernels hold SMs)
+    overlap_slowdown: float
+    host: HostCosts
+    source: str = ""
+
+    def table(self, op: str) -> tuple[tuple[int, float], ...]:
+        return dict(self.tables)[op]
+
+    def us(self, op: str, nbytes: float, world: int, across_nodes: bool = False) -> float:
+        """One ``op`` of ``nbytes`` over ``world`` GPUs, µs (0 for one GPU or no bytes)."""
+        if world <= 1 or nbytes <= 0:
+            return 0.0
+        factor = bus_factor(world) / bus_factor(self.world)
+        if across_nodes:
+            ring = bus_factor(world) / (1 if op == "all_reduce" else 2)
+            return nbytes * ring / (self.network_busbw_gbps * 1e3) + self.network_latency_us
+        return interpolate(self.table(op), nbytes) * factor
+
+
+def bus_factor(world: int) -> float:
+    """nccl-tests' bus factor of a ring all-reduce, 2(n−1)/n (all-gather and
+    reduce-scatter scale alike with n, at half the value)."""
+    return 2 * (world - 1) / world
+
+
+def interpolate(table: tuple[tuple[int, float], ...], nbytes: float) -> float:
+    """µs of ``nbytes`` from a ``(bytes, µs)`` table, log-log (module docstring)."""
+    (b0, t0), (bn, tn) = table[0], table[-1]
+    if nbytes <= b0:
+        return t0
+    if nbytes >= bn:
+        return tn * nbytes / bn
+    for (b1, t1), (b2, t2) in zip(table, table[1:]):
+        if b1 <= nbytes <= b2:
+            x = (math.log(nbytes) - math.log(b1)) / (math.log(b2) - math.log(b1))
+            return math.exp(math.log(t1) + x * (math.log(t2) - math.log(t1)))
+    return tn  # unreachable: the table is ascending
+
+
+def parse_collectives(doc: Any, where: str) -> Collectives | None:
+    """The checked ``collectives:`` mapping of a profile, None where it has none."""
+    if doc is None:
+        return None
+    if not isinstance(doc, Mapping):
+        raise ShapelintError(f"{where}: collectives must be a mapping, got {show(doc)}")
+    tables = tuple((op, _table(doc.get(op), f"{where}: collectives.{op}")) for op in OPS)
+    host = doc.get("host_us")
+    if not isinstance(host, Mapping) or set(host) != set(HOST_KEYS):
+        raise ShapelintError(f"{where}: collectives.host_us must give {', '.join(HOST_KEYS)}")
+    return Collectives(
+        world=int(_positive(doc.get("world"), f"{where}: collectives.world", minimum=2)),
+        tables=tables,
+        network_busbw_gbps=_positive(doc.get("network_busbw_gbps"), f"{where}: collectives.network_busbw_gbps"),
+        network_latency_us=_positive(doc.get("network_latency_us"), f"{where}: collectives.network_latency_us",
+                                     minimum=0),
+        overlap_slowdown=_positive(doc.get("overlap_slowdown"), f"{where}: collectives.overlap_slowdown", minimum=0),
+        host=HostCosts(**{k: _positive(host[k], f"{where}: collectives.host_us.{k}", minimum=0) for k in HOST_KEYS}),
+        source=str(doc.get("source", "")),
+    )
+
+
+def _positive(value: Any, what: str, minimum: float = 1e-12) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
+        raise ShapelintError(f"{what} must be a number of at least {minimum:g}, got {show(value)}")
+    return float(value)
+
+
+def _table(value: Any, what: str) -> tuple[tuple[int, float], ...]:
+    if not isinstance(value, list) or not value:
+        raise ShapelintError(f"{what} must be a list of [bytes, µs] pairs, got {show(value)}")
+    rows = []
+    for row in value:
+        if not isinstance(row, list) or len(row) != 2:
+            raise ShapelintError(f"{what} must be a list of [bytes, µs] pairs, got {show(row)}")
+        rows.append((int(_positive(row[0], what, minimum=1)), _positive(row[1], what)))
+    if any(b2 <= b1 for (b1, _), (b2, _) in zip(rows, rows[1:])):
+        raise ShapelintError(f"{what}: sizes must ascend")
+    return tuple(rows)
+
+
+__all__ = ["HOST_KEYS", "OPS", "Collectives", "HostCosts", "bus_factor", "interpolate", "parse_collectives"]

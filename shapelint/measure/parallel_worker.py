@@ -1,0 +1,60 @@
+"""One rank of ``--verify --step`` under a parallel layout (launched by
+:func:`shapelint.measure.parallel_step.verify_parallel` through ``torchrun``): join the
+process group, run :func:`shapelint.measure.step.verify_result` with the layout's
+wrapper, and on rank 0 write the ``StepVerification`` as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from shapelint.measure.parallel_wrap import init_process_group, layout_wrap
+from shapelint.measure.step import RunOptions, verify_result
+from shapelint.measure.step_blocks import Schedule
+from shapelint.model import serial
+from shapelint.pipeline.result import result_from_data
+
+
+def worker(argv: list[str] | None = None) -> int:
+    """One rank: join the group, measure, rank 0 writes the verification."""
+    import torch.distributed as dist
+
+    p = argparse.ArgumentParser(prog="shapelint.measure.parallel_worker")
+    p.add_argument("result")
+    p.add_argument("out")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--rounds", type=int, default=Schedule().rounds)
+    p.add_argument("--steps", type=int, default=Schedule().steps)
+    p.add_argument("--warmup", type=int, default=Schedule().warmup)
+    args = p.parse_args(argv)
+    r = result_from_data(json.loads(Path(args.result).read_text()))
+    assert r.parallel is not None
+    device = init_process_group() if args.device == "cuda" else _gloo()
+    rank = dist.get_rank()
+    try:
+        opts = RunOptions(device=device, schedule=Schedule(args.rounds, args.steps, args.warmup),
+                          wrap=layout_wrap(r.parallel, device), per_finding=False,
+                          note=(lambda msg: print(f"shapelint: --verify --step: {msg}", file=sys.stderr))
+                          if rank == 0 else (lambda _msg: None))
+        v = verify_result(r, opts)
+        if rank == 0:
+            Path(args.out).write_text(json.dumps(serial.encode(v)))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def _gloo() -> str:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    return "cpu"
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off, as on the measured machines
+    sys.exit(worker())

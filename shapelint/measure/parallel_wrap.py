@@ -1,0 +1,103 @@
+"""``--verify --step`` under a parallel layout, inside each ``torchrun`` worker: the
+process group, and the model wrapped as the layout runs it.
+
+- ``--dp N``: ``DistributedDataParallel`` with its defaults (25 MiB buckets);
+- ``--fsdp N``: FSDP2 ``fully_shard`` on every block of the outermost repeated layers,
+  then on the root, without a mixed-precision policy (fp32 collectives), the layout
+  the step model prices;
+- ``--tp N``: ``parallelize_module`` with ``ColwiseParallel`` / ``RowwiseParallel``
+  on the lint's column- and row-parallel linear layers (DTensor's default plan: one
+  backward all-reduce per column-parallel layer, where Megatron's count the estimate
+  prices has two per block; ``docs/multi-gpu.md``). Only ``nn.Linear`` layers take
+  these styles; a layer of another kind stays whole. A column-parallel layer with no
+  row-parallel sibling (the LM head) gathers its output back
+  (``output_layouts=Replicate()``), so that the model's own loss reads them whole.
+
+One engine at a time: a layout of two (``--fsdp 4 --tp 2``) is refused.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+
+from shapelint.capture.replay.layers import stacks
+from shapelint.errors import ShapelintError
+from shapelint.model.parallel import ParallelPlan
+
+Wrap = Callable[[torch.nn.Module], torch.nn.Module]
+
+
+def init_process_group() -> str:
+    """Join torchrun's process group (NCCL on CUDA, gloo on the CPU); this rank's device."""
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
+        dist.init_process_group("nccl", device_id=torch.device(device))
+    else:
+        device = "cpu"
+        dist.init_process_group("gloo")
+    return device
+
+
+def layout_wrap(plan: ParallelPlan, device: str) -> Wrap:
+    """What wraps each variant's model (see the module docstring)."""
+    lay = plan.layout
+    engines = [n for n in (lay.dp, lay.fsdp, lay.tp) if n > 1]
+    if len(engines) > 1:
+        raise ShapelintError(f"--verify --step measures one parallel engine at a time, not {lay.describe()}")
+    kind = torch.device(device).type
+    if lay.dp > 1:
+        return lambda model: _ddp(model, device)
+    if lay.fsdp > 1:
+        return lambda model: _fsdp(model, kind, lay.fsdp)
+    return lambda model: _tensor_parallel(model, kind, lay.tp, dict(plan.tp_styles))
+
+
+def _ddp(model: torch.nn.Module, device: str) -> torch.nn.Module:
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [torch.device(device).index] if torch.device(device).type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
+
+
+def _fsdp(model: torch.nn.Module, kind: str, n: int) -> torch.nn.Module:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(kind, (n,))
+    found = stacks(model)
+    blocks = max(found, key=lambda s: len(s[1]))[1] if found else []
+    for _, block in blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def _tensor_parallel(model: torch.nn.Module, kind: str, n: int, styles: dict[str, str]) -> torch.nn.Module:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh(kind, (n,))
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    rows = {name.rpartition(".")[0] for name, style in styles.items() if style == "row"}
+    plan: dict[str, ParallelStyle] = {}
+    for name, style in styles.items():
+        if name not in linears:
+            continue
+        head = style == "column" and name.rpartition(".")[0] not in rows
+        plan[name] = (ColwiseParallel(output_layouts=Replicate()) if head else ColwiseParallel()) \
+            if style == "column" else RowwiseParallel()
+    if not plan:
+        raise ShapelintError("--verify --step --tp: no nn.Linear layer to shard (DTensor's styles take nn.Linear only)")
+    parallelize_module(model, mesh, plan)
+    return model
+
+
+__all__ = ["Wrap", "init_process_group", "layout_wrap"]
