@@ -86,6 +86,16 @@ def test_downloaded_config_with_torch_dtype_is_never_edited(proj: Path, capsys: 
     assert RECIPE in out
 
 
+def test_a_config_saved_by_transformers_5_20_is_never_edited(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """transformers 5.20's save_pretrained writes ``dtype`` (not ``torch_dtype``) and no
+    ``_name_or_path``: a config-only download was edited."""
+    saved = {**GPT2, "architectures": ["GPT2LMHeadModel"], "dtype": "bfloat16", "transformers_version": "5.20.0"}
+    (proj / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
+    out = unchanged(proj, [proj / "config.json", *GPT2_ARGS], capsys)
+    assert "not fixed: a pretrained checkpoint (config.json has dtype, the mark of a downloaded model)" in out
+    assert RECIPE in out and "Fixed 0 findings (1 remaining)." in out
+
+
 # -- exactly the token that is the size --------------------------------------------------
 
 

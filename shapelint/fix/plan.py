@@ -19,7 +19,7 @@ shapelint cannot follow to one literal, a companion it cannot prove, a file outs
 the project, an installed package, a file reached through a symlink that leaves the
 project, a hard-linked or read-only file, a YAML integer not written in decimal, a
 run setting such as the dtype, and any size of a pretrained checkpoint's config
-(weights beside it, or ``_name_or_path``/``torch_dtype``): its vocabulary is padded in
+(weights beside it, or ``_name_or_path``/``torch_dtype``/``dtype``): its vocabulary is padded in
 code instead (:mod:`shapelint.locate.pretrained`). A fix that changes what the model
 computes beyond padding (a head dimension, the number of heads, a smaller layer) is
 unsafe and needs ``--unsafe-fixes``. Of two fixes whose edits conflict, the first
