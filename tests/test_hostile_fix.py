@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from _cli_helpers import MODEL, run
 from _hostile import full_snapshot
 
@@ -146,6 +147,66 @@ def test_a_tokenizers_vocab_size_is_left_alone(proj: Path, capsys: pytest.Captur
     # the construction that reaches the layer changes; the tokenizer and the unused default do not
     after = TOKENIZER.replace("LM(vocab_size=32001)", "LM(vocab_size=32008)")
     assert changes(before, full_snapshot(proj)) == {"lm.py": (TOKENIZER.encode(), after.encode())}
+
+
+#: ``Linear(1023)`` passes out_features: the partial already gave in_features
+PARTIAL = """\
+import functools
+
+import torch
+import torch.nn as nn
+
+Linear = functools.partial(nn.Linear, 1023)
+
+
+def shapelint_model():
+    return nn.Sequential(Linear(1023), nn.ReLU()), torch.randn(4096, 1023)
+"""
+#: the class itself replaced in the module the file imports
+PATCHED = PARTIAL.replace("Linear = functools.partial(nn.Linear, 1023)", "nn.Linear = functools.partial(nn.Linear, 1023)"
+                          ).replace("Sequential(Linear(1023)", "Sequential(nn.Linear(1023)")
+
+
+@pytest.mark.parametrize("text", [PARTIAL, PATCHED], ids=["partial", "patched"])
+def test_positions_are_not_read_by_a_name_that_is_not_the_class(text: str, proj: Path,
+                                                                capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Linear = functools.partial(nn.Linear, 1023)`` then ``Linear(1023)``: the fix
+    edited the 1023 that is really out_features."""
+    # PATCHED replaces torch.nn.Linear in this process (the CLI lints in a child): put it back after
+    monkeypatch.setattr(torch.nn, "Linear", torch.nn.Linear)
+    (proj / "model.py").write_text(text)
+    out = unchanged(proj, ["model.py"], capsys)
+    assert "SL101 in_features: 1023 → 1024: not fixed: `" in out
+    assert "is not provably the torch.nn class its name suggests" in out
+    assert "shapelint cannot tell which parameter its positional arguments set" in out
+    if text is PARTIAL:
+        assert "it is set at model.py:6 to `functools.partial(nn.Linear, 1023)`, not imported from torch.nn" in out
+
+
+def test_a_class_replaced_by_an_imported_helper_is_not_read_by_position(proj: Path,
+                                                                        capsys: pytest.CaptureFixture[str],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The patch lives in ``helper.py``: nothing in ``model.py`` assigns over ``nn.Linear``,
+    but while the model runs ``nn.Linear(1023)`` is ``Linear(1023, 1023)``."""
+    monkeypatch.setattr(torch.nn, "Linear", torch.nn.Linear)
+    (proj / "helper.py").write_text("import functools\n\nimport torch.nn as nn\n\n"
+                                    "nn.Linear = functools.partial(nn.Linear, 1023)\n")
+    (proj / "model.py").write_text(PATCHED.replace("nn.Linear = functools.partial(nn.Linear, 1023)\n", "import helper\n"))
+    out = unchanged(proj, ["model.py"], capsys)
+    assert ("`nn.Linear(...)` at model.py:10 is not provably the torch.nn class its name suggests (torch.nn.Linear "
+            "is not torch's class while the model runs: code it imports replaced it)") in out
+
+
+def test_a_class_imported_from_torch_nn_under_another_name_is_fixed(proj: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    text = LINEAR.replace("import torch.nn as nn\n", "import torch.nn as nn\nfrom torch.nn import Linear as Dense\n"
+                          ).replace("nn.Linear(1023, 1024)", "Dense(1023, 1024)")
+    (proj / "model.py").write_text(text)
+    before = full_snapshot(proj)
+    rc, out, _ = fix(["model.py"], capsys)
+    assert rc == 0 and "Fixed 1 finding (0 remaining)." in out
+    assert changes(before, full_snapshot(proj)) == {"model.py": (text.encode(), text.replace("1023", "1024").encode())}
 
 
 CONFIG_ONE_LINE = ('{"model_type": "gpt2", "task_specific_params": {"vocab_size": 32001}, "n_embd": 256, "n_head": 4, '
