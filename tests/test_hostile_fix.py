@@ -234,6 +234,31 @@ def test_json_with_a_duplicated_key_edits_the_one_json_loads_uses(proj: Path,
     assert changes(before, full_snapshot(proj)) == {"config.json": (text.encode(), after.encode())}
 
 
+# -- the bytes the lint read ---------------------------------------------------------------
+
+#: an editor saved this between the lint and the fix: line 6, where the finding points,
+#: is now another layer whose 1023 is not the finding's size
+SAVED_MEANWHILE = LINEAR.replace("    model = ", "    probe = nn.Linear(1023, 8)\n    model = ")
+
+
+def test_a_file_changed_since_the_lint_is_not_edited(proj: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from shapelint.fix import run as fix_run
+
+    (proj / "model.py").write_text(LINEAR)
+    real_plan = fix_run.plan
+
+    def saved_then_planned(*args: object, **kwargs: object) -> object:
+        (proj / "model.py").write_text(SAVED_MEANWHILE)
+        return real_plan(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fix_run, "plan", saved_then_planned)
+    rc, out, err = fix(["model.py"], capsys)
+    assert rc == 1, err
+    assert "SL101 in_features: 1023 → 1024: not fixed: model.py changed since it was linted; run shapelint again" in out
+    assert (proj / "model.py").read_text() == SAVED_MEANWHILE
+
+
 # -- inside the project only ----------------------------------------------------------------
 
 LIBRARY = "import torch.nn as nn\n\n\ndef block():\n    return nn.Sequential(nn.Linear(1024, 1023))\n"

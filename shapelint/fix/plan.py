@@ -28,6 +28,7 @@ is kept (:mod:`shapelint.fix.edits`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -93,13 +94,33 @@ def caveat(parameter: str, from_: int, to: int, vocab: bool = False) -> str:
             f"and its outputs stay the same")
 
 
+def linted_digests(results: Sequence[Result]) -> dict[Path, set[str]] | None:
+    """real path -> the SHA-256 digests of the bytes the lint read of it (two targets may
+    have read it at different times); None when a result does not say what its lint read
+    (a model linted from Python, whose files the application did not record; a re-lint's
+    result, which ``--verify --step`` plans copies of)."""
+    if not results or not all(r.inputs for r in results):
+        return None
+    out: dict[Path, set[str]] = {}
+    for r in results:
+        for file, sha in r.inputs:
+            out.setdefault(Path(os.path.realpath(file)), set()).add(sha)
+    return out
+
+
 class PlanFiles:
     """The files a plan reads, each once (every edit of a file is an offset into the same
-    text); with a project ``root``, only files ``--fix`` may write (:func:`writable`)."""
+    text); with a project ``root``, only files ``--fix`` may write (:func:`writable`).
+    With ``linted`` (:func:`linted_digests`), only a file that still holds the bytes
+    the lint read: the findings, lines and values were computed from those bytes, so an
+    edit made since (by the user, an editor's save, a formatter) would make the fix
+    edit a token it never proved is the size."""
 
-    def __init__(self, root: Path | None, targets: Sequence[str] = ()) -> None:
+    def __init__(self, root: Path | None, targets: Sequence[str] = (),
+                 linted: dict[Path, set[str]] | None = None) -> None:
         self.root = root
         self.named = named(targets)
+        self.linted = linted
         self.docs: dict[Path, Doc] = {}
 
     def doc(self, path: Path) -> Doc:
@@ -110,8 +131,18 @@ class PlanFiles:
             if is_library(str(real)):
                 raise NotFixed(f"{path} is an installed package's file: change the size in your own code")
         if real not in self.docs:
-            self.docs[real] = read_doc(real)
+            self.docs[real] = self._as_linted(path, read_doc(real))
         return self.docs[real]
+
+    def _as_linted(self, path: Path, doc: Doc) -> Doc:
+        if self.linted is None:
+            return doc
+        seen = self.linted.get(Path(os.path.realpath(doc.path)))
+        if seen is None:
+            raise NotFixed(f"{path} is not among the files the lint read; run shapelint again")
+        if seen != {hashlib.sha256(doc.raw).hexdigest()}:
+            raise NotFixed(f"{path} changed since it was linted; run shapelint again")
+        return doc
 
 
 def plan(results: Sequence[Result], *, unsafe: bool, root: Path | None = None) -> list[Planned]:
@@ -120,7 +151,8 @@ def plan(results: Sequence[Result], *, unsafe: bool, root: Path | None = None) -
     edits may be written besides the targets' own files (None: plan only, as
     ``--verify --step`` does for its copies)."""
     out: list[Planned] = []
-    files = PlanFiles(root, [t for r in results for t in (r.target, r.config_file) if t])
+    files = PlanFiles(root, [t for r in results for t in (r.target, r.config_file) if t],
+                      linted_digests(results) if root is not None else None)
     taken: Taken = {}
     for r in results:
         for f in r.findings:
