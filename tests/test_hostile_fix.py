@@ -348,6 +348,90 @@ def test_a_yaml_hex_integer_is_refused_cleanly(proj: Path, capsys: pytest.Captur
     assert "write it as 5461 for --fix to change it" in out and "internal error" not in out
 
 
+# -- YAML: anchors, aliases, block and flow style ------------------------------------------
+
+#: a builder whose two sizes are named by the layer's parameters, and one whose are not
+LIN = ("import torch.nn as nn\n\n\ndef build(in_features, out_features):\n"
+       "    return nn.Sequential(nn.Linear(in_features, out_features), nn.ReLU())\n")
+DH = "import torch.nn as nn\n\n\ndef build(d, h):\n    return nn.Sequential(nn.Linear(d, h), nn.ReLU())\n"
+
+
+def yaml_target(kwargs: dict[str, str], style: str, width: str = "1023") -> str:
+    """A shapelint YAML for ``lin.py:build`` with ``kwargs`` (values written as given) in
+    block or flow style."""
+    if style == "block":
+        body = "kwargs:\n" + "".join(f"  {k}: {v}\n" for k, v in kwargs.items())
+    else:
+        body = "kwargs: {" + ", ".join(f"{k}: {v}" for k, v in kwargs.items()) + "}\n"
+    return f"model: lin.py:build\n{body}inputs:\n  - shape: [4096, {width}]\n"
+
+
+@pytest.mark.parametrize("written", ["&w 1023", "!!int 1023", "&w !!int 1023"])
+def test_a_yaml_anchor_or_tag_is_kept_and_its_alias_follows(written: str, proj: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The edit span began at the anchor: ``in_features: &w 1023`` became ``in_features:
+    1024`` and the input's ``*w`` an undefined alias."""
+    (proj / "lin.py").write_text(LIN)
+    text = yaml_target({"in_features": written, "out_features": "1024"}, "block", "*w" if "&w" in written else "1023")
+    (proj / "t.yaml").write_text(text)
+    before = full_snapshot(proj)
+    rc, out, err = fix(["t.yaml"], capsys)
+    assert rc == 0 and "Fixed 1 finding (0 remaining)." in out, err
+    after = text.replace("1023", "1024")
+    assert changes(before, full_snapshot(proj)) == {"t.yaml": (text.encode(), after.encode())}
+    assert f"in_features: {written.replace('1023', '1024')}\n" in after
+
+
+@pytest.mark.parametrize("style", ["block", "flow"])
+def test_a_yaml_anchor_another_key_aliases_is_not_edited(style: str, proj: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """``out_features: *w`` reads the same node: editing it would grow out_features too."""
+    (proj / "lin.py").write_text(LIN)
+    (proj / "t.yaml").write_text(yaml_target({"in_features": "&w 1023", "out_features": "*w"}, style))
+    out = unchanged(proj, ["t.yaml"], capsys)
+    assert ("1023 at kwargs.in_features is an anchor also read at kwargs.out_features: editing it would change "
+            "those too; give kwargs.in_features its own value to fix it") in out
+
+
+@pytest.mark.parametrize("style", ["block", "flow"])
+def test_block_and_flow_yaml_edit_the_key_and_the_input_alike(style: str, proj: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Both sizes 1023: the key named in_features is the size, and the example input
+    grows with it (block style edited the key and left the input 1023: the re-lint failed)."""
+    (proj / "lin.py").write_text(LIN)
+    text = yaml_target({"out_features": "1023", "in_features": "1023"}, style)
+    (proj / "t.yaml").write_text(text)
+    before = full_snapshot(proj)
+    rc, out, err = fix(["t.yaml"], capsys)
+    # out_features 1023 shows once in_features is fixed (it was below the step-share bar)
+    assert rc == 1 and "Fixed 1 finding (1 remaining)." in out, err
+    after = yaml_target({"out_features": "1023", "in_features": "1024"}, style, "1024")
+    assert changes(before, full_snapshot(proj)) == {"t.yaml": (text.encode(), after.encode())}
+
+
+@pytest.mark.parametrize("style", ["block", "flow"])
+def test_block_and_flow_yaml_refuse_an_ambiguous_key_alike(style: str, proj: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``build(d, h)`` with d = h = 1023: which key is in_features is a guess (block
+    style edited h, the output size)."""
+    (proj / "lin.py").write_text(DH)
+    (proj / "t.yaml").write_text(yaml_target({"h": "1023", "d": "1023"}, style))
+    out = unchanged(proj, ["t.yaml", "--unsafe-fixes"], capsys)
+    assert "cannot tell which" in out and "Fixed 0 findings (1 remaining)." in out
+
+
+@pytest.mark.parametrize("style", ["block", "flow"])
+def test_block_and_flow_yaml_agree_a_builders_own_key_is_unsafe(style: str, proj: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``d`` may size more than this layer: growing it is not padding, in either style
+    (flow style called it a safe in_features fix)."""
+    (proj / "lin.py").write_text(DH)
+    (proj / "t.yaml").write_text(yaml_target({"h": "1024", "d": "1023"}, style))
+    out = unchanged(proj, ["t.yaml"], capsys)
+    assert "not fixed: unsafe fix (it changes what the model computes): rerun with --unsafe-fixes" in out
+    assert "1 unsafe fix can be applied with --unsafe-fixes." in out
+
+
 def test_a_file_with_a_bom_keeps_it(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (proj / "model.py").write_bytes(b"\xef\xbb\xbf" + LINEAR.encode())
     before = full_snapshot(proj)

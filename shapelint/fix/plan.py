@@ -35,10 +35,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shapelint.fix.chain import IN_PARAMETERS
-from shapelint.fix.config_edits import check_json, json_spans, yaml_spans
+from shapelint.fix.config_edits import check_json, json_spans
 from shapelint.fix.edits import Edit, Taken, apply_text, conflicts, take
 from shapelint.fix.files import Doc, NotFixed, named, read_doc, writable
 from shapelint.fix.python_edits import python_spans
+from shapelint.fix.yaml_edits import yaml_spans
 from shapelint.locate import pretrained as pretrained
 from shapelint.locate.config_keys import NOT_CONFIG_KEYS, is_library, leaf
 from shapelint.model.locations import ConfigLocation
@@ -175,24 +176,41 @@ def plan_one(r: Result, f: Finding, unsafe: bool, files: PlanFiles) -> Planned:
     if s.parameter in NOT_CONFIG_KEYS or not isinstance(s.from_, int) or not isinstance(s.to, int):
         return Planned(f, r.target, reason=f"{s.parameter} is how the model runs, not a size in a file")
     names = (s.parameter, f.code_parameter or s.parameter)
-    safe = is_safe(s.parameter, s.from_, s.to)
     try:
-        edits = _locate(r, f, names, s.from_, str(s.to), files)
+        edits, keys = _locate(r, f, names, s.from_, str(s.to), files)
     except NotFixed as exc:
         return Planned(f, r.target, reason=str(exc))
+    # the name that says what the edited value sizes: the suggestion's, else the YAML
+    # key the edit lands on (``kwargs: {d: 1023}``: ``d`` may size more than this layer)
+    parameter = next((k for k in keys if not is_safe(k, s.from_, s.to)), s.parameter)
+    safe = is_safe(parameter, s.from_, s.to)
     reason = "" if safe or unsafe else "unsafe fix (it changes what the model computes): rerun with --unsafe-fixes"
-    return Planned(f, r.target, edits, reason, not safe, caveat(s.parameter, s.from_, s.to, f.vocab is not None))
+    return Planned(f, r.target, edits, reason, not safe, caveat(parameter, s.from_, s.to, f.vocab is not None))
+
+
+def _ambiguous(f: Finding, value: int) -> None:
+    """A key the locator found beside others of the same value that rank as high: which
+    one is the size is a guess, and --fix does not guess."""
+    loc = f.location
+    if loc is not None and loc.key is not None and loc.also:
+        others = ", ".join(f"{k.key} (line {k.line})" if k.line else k.key for k in loc.also)
+        raise NotFixed(f"{value} is {loc.key}, and also {others}: shapelint cannot tell which key is this size; "
+                       f"change it by hand")
 
 
 def _locate(r: Result, f: Finding, names: tuple[str, ...], value: int, new: str,
-            files: PlanFiles) -> tuple[Edit, ...]:
+            files: PlanFiles) -> tuple[tuple[Edit, ...], list[str]]:
+    """The edits, and the YAML keys they set the size at (none: a Python literal, a
+    config.json key named by the suggestion)."""
     src = f.source
+    if r.config_file and r.kind in ("hf-config", "yaml"):
+        _ambiguous(f, value)
     if r.config_file and r.kind == "hf-config":
-        return _json_edits(r.config_file, f, names, value, new, files)
+        return _json_edits(r.config_file, f, names, value, new, files), []
     if r.config_file and r.kind == "yaml":
-        edits = _yaml_edits(r.config_file, f, names, value, new, files)
+        edits, keys = _yaml_edits(r.config_file, f, names, value, new, files)
         if edits:
-            return edits
+            return edits, keys
     if src is None:
         raise NotFixed("shapelint knows no source line for this layer (an in-memory model, or built in a library)")
     path = Path(src.file)
@@ -201,7 +219,7 @@ def _locate(r: Result, f: Finding, names: tuple[str, ...], value: int, new: str,
     doc = files.doc(path)
     entry = r.kind == "python" and os.path.realpath(r.target) == os.path.realpath(path)
     spans = python_spans(doc, path, src.line, names, value, vocab=f.vocab is not None, entry=entry)
-    return tuple(Edit(path, start, end, new, doc) for start, end in spans)
+    return tuple(Edit(path, start, end, new, doc) for start, end in spans), []
 
 
 def _json_edits(config_file: str, f: Finding, names: tuple[str, ...], value: int, new: str,
@@ -232,21 +250,24 @@ def _one_key(config_file: str, f: Finding, names: tuple[str, ...], value: int) -
 
 
 def _yaml_edits(config_file: str, f: Finding, names: tuple[str, ...], value: int, new: str,
-                files: PlanFiles) -> tuple[Edit, ...]:
-    """Integers of a shapelint YAML (none: the size is in the builder's code)."""
+                files: PlanFiles) -> tuple[tuple[Edit, ...], list[str]]:
+    """Integers of a shapelint YAML (none: the size is in the builder's code), and the
+    keys that hold the size. The layer's parameter (``names[1]``: ``in_features`` also
+    when the finding was moved to a key ``d``) says whether the example inputs grow."""
     path = Path(config_file)
     src = f.source
     lines = [src.line] if src is not None and src.file == config_file else []
     if lines and f.location is not None:
         lines += [k.line for k in f.location.together]
-    width = None if names[0] not in IN_PARAMETERS else 1 if names[0] == "in_channels" else -1
+    width = None if names[1] not in IN_PARAMETERS else 1 if names[1] == "in_channels" else -1
     try:
         doc = files.doc(path)
     except NotFixed:
-        if yaml_spans(read_doc(Path(os.path.realpath(path))), lines, value, width):
+        if yaml_spans(read_doc(Path(os.path.realpath(path))), lines, value, width, names)[0]:
             raise
-        return ()  # the size is not in the YAML: the builder's code may still be fixed
-    return tuple(Edit(path, start, end, new, doc) for start, end in yaml_spans(doc, lines, value, width))
+        return (), []  # the size is not in the YAML: the builder's code may still be fixed
+    spans, keys = yaml_spans(doc, lines, value, width, names)
+    return tuple(Edit(path, start, end, new, doc) for start, end in spans), keys
 
 
 __all__ = ["CONFLICT", "INPUT_PARAMETERS", "OUTPUT_PARAMETERS", "PADDING_PARAMETERS", "VOCAB_PARAMETERS", "PlanFiles",
