@@ -6,10 +6,13 @@ The project is ``tmp_path/proj`` (it holds ``.git``); ``tmp_path/outside`` is be
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,8 @@ import torch
 from _cli_helpers import MODEL, run
 from _hostile import full_snapshot
 
+from shapelint.app import cli, isolate
+from shapelint.errors import ShapelintError
 from shapelint.fix import files as fix_files
 
 #: a one-layer GPT-2 whose vocabulary (32001) SL501 pads to 32008 in bf16
@@ -527,7 +532,7 @@ def test_a_write_failure_restores_every_file(proj: Path, monkeypatch: pytest.Mon
     (proj / "a.py").write_text(LINEAR)
     (proj / "b.py").write_text(LINEAR)
     before = full_snapshot(proj)
-    real = fix_files._replace
+    real = fix_files.replace_file
     calls: list[Path] = []
 
     def failing(path: Path, data: bytes, st: os.stat_result) -> None:
@@ -536,9 +541,101 @@ def test_a_write_failure_restores_every_file(proj: Path, monkeypatch: pytest.Mon
             raise OSError(28, "No space left on device")
         real(path, data, st)
 
-    monkeypatch.setattr(fix_files, "_replace", failing)
+    monkeypatch.setattr(fix_files, "replace_file", failing)
     rc, _, err = fix(["a.py", "b.py"], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert "No space left on device; every edit was undone" in err
     assert len(calls) == 3  # a written, b failed, a put back
     assert changes(before, full_snapshot(proj)) == {}
+
+
+# -- a fix the process cannot finish (--timeout) -----------------------------------------
+
+needs_fork = pytest.mark.skipif(not isolate.available(), reason="needs os.fork")
+
+
+@pytest.fixture
+def journals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The temporary folder the journal is made in, to see that none is left (nor a
+    re-lint's folder; torch may leave its own caches there)."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _ours(folder: Path) -> list[Path]:
+    return [p for p in folder.iterdir() if p.name.startswith("shapelint-")]
+
+
+def _stopped_mid_fix(target: Path, new: bytes, *, commit: bool = False, meddle: bytes | None = None) -> int:
+    """The child's side: write ``new`` over ``target`` as --fix does, then hang."""
+    tx = fix_files.Transaction()
+    tx.write(target, target.read_bytes(), new)
+    if commit:
+        tx.commit()
+    if meddle is not None:
+        target.write_bytes(meddle)
+    time.sleep(60)
+    return 0
+
+
+@needs_fork
+def test_a_fix_stopped_by_the_timeout_is_put_back(proj: Path, journals: Path) -> None:
+    """The parent killed the child between its write and the re-lint's verdict: the file
+    stayed half-fixed (edited, never re-linted, never undone)."""
+    model = proj / "model.py"
+    model.write_text(LINEAR)
+    model.chmod(0o640)
+    before = full_snapshot(proj)
+    with pytest.raises(ShapelintError) as stopped:
+        isolate.run_isolated(lambda: _stopped_mid_fix(model, FIXED.encode()), timeout=2, stdout=io.BytesIO())
+    assert str(stopped.value) == ("--fix did not finish: put back model.py as it was; the lint ran past --timeout 2 s "
+                                  "and was stopped")
+    assert full_snapshot(proj) == before and stat.S_IMODE(model.stat().st_mode) == 0o640
+    assert _ours(journals) == []  # the journal is gone
+
+
+@needs_fork
+def test_a_fix_the_relint_confirmed_stays_after_a_timeout(proj: Path, journals: Path) -> None:
+    model = proj / "model.py"
+    model.write_text(LINEAR)
+    with pytest.raises(ShapelintError, match="^the lint ran past --timeout 2 s and was stopped$"):
+        isolate.run_isolated(lambda: _stopped_mid_fix(model, FIXED.encode(), commit=True), timeout=2,
+                             stdout=io.BytesIO())
+    assert model.read_text() == FIXED and _ours(journals) == []
+
+
+@needs_fork
+def test_a_file_changed_after_the_fix_wrote_it_is_not_put_back(proj: Path, journals: Path) -> None:
+    """Someone saved the file after --fix wrote it: restoring the old bytes would lose that."""
+    model = proj / "model.py"
+    model.write_text(LINEAR)
+    mine = (FIXED + "# mine\n").encode()
+    with pytest.raises(ShapelintError) as stopped:
+        isolate.run_isolated(lambda: _stopped_mid_fix(model, FIXED.encode(), meddle=mine), timeout=2,
+                             stdout=io.BytesIO())
+    assert str(stopped.value).startswith("--fix did not finish: model.py changed after it wrote it, left as it is: "
+                                         "check it by hand; the lint ran past --timeout 2 s")
+    assert model.read_bytes() == mine and _ours(journals) == []
+
+
+#: the model hangs once its input width is fixed: the re-lint of the fixed file never ends
+HANGS_WHEN_FIXED = LINEAR.replace("def shapelint_model():\n", "def shapelint_model():\n"
+                                  "    import pathlib, time\n"
+                                  "    if 'randn(4096, ' + '1024)' in pathlib.Path(__file__).read_text():\n"
+                                  "        time.sleep(120)\n")
+
+
+@needs_fork
+@pytest.mark.slow
+def test_a_relint_that_hangs_past_the_timeout_leaves_the_files_as_they_were(
+        proj: Path, journals: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    (proj / "model.py").write_text(HANGS_WHEN_FIXED)
+    before = full_snapshot(proj)
+    rc = cli.main(["model.py", "--fix", "--no-config", "--no-cache", "--timeout", "25"])
+    out, err = capfd.readouterr()
+    assert rc == 2 and out == ""
+    assert err == ("shapelint: error: --fix did not finish: put back model.py as it was; the lint ran past "
+                   "--timeout 25 s and was stopped\n")
+    assert full_snapshot(proj) == before and _ours(journals) == []

@@ -41,6 +41,7 @@ from shapelint.errors import (
     set_memory_cap,
     size_text,
 )
+from shapelint.fix import journal
 
 #: the child's exit code travels through the pipe as this many bytes; fewer mean the
 #: child ended without returning (os._exit, a signal)
@@ -74,6 +75,15 @@ def run_isolated(fn: Callable[[], int], *, timeout: float | None = None, max_mem
         raise ShapelintError(f"--max-memory {size_text(max_memory)} is more than any address space (2^63 bytes)")
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+    edits = journal.open_journal()  # --fix in the child notes its writes here first
+    try:
+        return _run_child(fn, timeout, max_memory, stdout, edits)
+    finally:
+        edits.close()  # puts back what a stopped --fix left half done
+
+
+def _run_child(fn: Callable[[], int], timeout: float | None, max_memory: int | None, stdout: IO[bytes] | None,
+               edits: journal.Journal) -> int:
     with tempfile.TemporaryFile() as captured:
         read_end, write_end = os.pipe()
         err_read, err_write = os.pipe() if max_memory is not None else (None, None)
@@ -91,6 +101,9 @@ def run_isolated(fn: Callable[[], int], *, timeout: float | None = None, max_mem
         try:
             status = _wait_for_status(read_end, pid, timeout, relay)
             rc = _reap(pid, status, relay, max_memory)
+        except ShapelintError as exc:  # the child was stopped or died: undo its unfinished --fix now
+            edits.close()
+            raise ShapelintError(edits.note() + str(exc)) from None
         finally:
             os.close(read_end)
             if err_read is not None:

@@ -157,6 +157,7 @@ def _relint(results: list[Result], relint: Callable[[list[str]], list[Result]], 
     again = [r.target for r in results if _touched(r, edited, fixed_targets)]
     try:
         fresh = dict(zip(again, relint(again)))
+        tx.commit()
     except BaseException as exc:
         failed = tx.undo()
         if not isinstance(exc, Exception):
