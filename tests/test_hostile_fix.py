@@ -437,6 +437,21 @@ def test_block_and_flow_yaml_agree_a_builders_own_key_is_unsafe(style: str, proj
     assert "1 unsafe fix can be applied with --unsafe-fixes." in out
 
 
+@pytest.mark.parametrize("style", ["block", "flow"])
+def test_a_yaml_key_given_twice_is_not_edited(style: str, proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """YAML keeps the last of a duplicated key: block style edited the first, dead one
+    (and the input), so the re-lint failed on a model the edit never reached."""
+    (proj / "lin.py").write_text(LIN)
+    text = yaml_target({"in_features": "1023", "out_features": "1024"}, style)
+    text = text.replace("in_features: 1023", "in_features: 1023\n  in_features: 1023" if style == "block"
+                        else "in_features: 1023, in_features: 1023")
+    (proj / "t.yaml").write_text(text)
+    out = unchanged(proj, ["t.yaml"], capsys)
+    assert "SL101 in_features: 1023 → 1024: not fixed: " in out
+    assert ("the key in_features is given 2 times in one mapping (YAML keeps the last)" if style == "block"
+            else "1023 is given 2 times under kwargs or hf_config") in out
+
+
 def test_a_file_with_a_bom_keeps_it(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (proj / "model.py").write_bytes(b"\xef\xbb\xbf" + LINEAR.encode())
     before = full_snapshot(proj)

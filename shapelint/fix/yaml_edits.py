@@ -189,7 +189,26 @@ def yaml_spans(doc: Doc, lines: Sequence[int], value: int, input_width: int | No
     if input_width is not None:
         edited += [w for w in _widths(y, input_width) if w not in edited]
     _unshared(y, edited)
+    for n, p in edited:
+        _single_keys(y, n, p)
     return list(dict.fromkeys(y.span(n) for n, _ in edited)), [p[-1] for _, p in sizes if isinstance(p[-1], str)]
+
+
+def _single_keys(y: YamlDoc, n: IntNode, path: KeyPath) -> None:
+    """Every key on ``path`` is given once in its mapping. YAML keeps the last of a
+    duplicated key: the first one is dead text, and the line a finding points at (or
+    the first match) may be it (``in_features: 1023`` twice: the edit of the first
+    changed nothing the model reads)."""
+    node: Any = y.root
+    for step in path:
+        if isinstance(step, int):
+            node = node.value[step]
+            continue
+        matches = [v for k, v in node.value if str(k.value) == step]
+        if len(matches) > 1:
+            raise NotFixed(f"{y.doc.path}:{y.line(n)}: the key {step} is given {len(matches)} times in one mapping "
+                           f"(YAML keeps the last): remove the others to fix it")
+        node = matches[0]
 
 
 def _is_width(root: Any, path: KeyPath, node: Any, index: int) -> bool:
