@@ -9,9 +9,11 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import stat
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -654,3 +656,24 @@ def test_a_relint_that_hangs_past_the_timeout_leaves_the_files_as_they_were(
     assert err == ("shapelint: error: --fix did not finish: put back model.py as it was; the lint ran past "
                    "--timeout 25 s and was stopped\n")
     assert full_snapshot(proj) == before and _ours(journals) == []
+
+
+@needs_fork
+@pytest.mark.skipif(signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, reason="SIGTERM is handled here")
+def test_a_fix_stopped_by_sigterm_is_put_back(proj: Path, journals: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A cancelled CI job sends SIGTERM: the parent died on the spot, and the child (a
+    process group of its own) went on with a half-done fix nobody waited for."""
+    model = proj / "model.py"
+    model.write_text(LINEAR)
+    before = full_snapshot(proj)
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            isolate.run_isolated(lambda: _stopped_mid_fix(model, FIXED.encode()), stdout=io.BytesIO())
+    finally:
+        timer.cancel()
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert capfd.readouterr().err == "shapelint: --fix did not finish: put back model.py as it was\n"
+    assert full_snapshot(proj) == before and _ours(journals) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
