@@ -585,10 +585,15 @@ def _ours(folder: Path) -> list[Path]:
     return [p for p in folder.iterdir() if p.name.startswith("shapelint-")]
 
 
-def _stopped_mid_fix(target: Path, new: bytes, *, commit: bool = False, meddle: bytes | None = None) -> int:
-    """The child's side: write ``new`` over ``target`` as --fix does, then hang."""
+def _stopped_mid_fix(target: Path, new: bytes, *, commit: bool = False, meddle: bytes | None = None,
+                     half: bool = False) -> int:
+    """The child's side: write ``new`` over ``target`` as --fix does, then hang (``half``:
+    in the middle of writing a second file's temporary copy, as replace_file makes it)."""
     tx = fix_files.Transaction()
     tx.write(target, target.read_bytes(), new)
+    if half:
+        fd, _ = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".shapelint")
+        os.write(fd, new[: len(new) // 2])
     if commit:
         tx.commit()
     if meddle is not None:
@@ -611,6 +616,18 @@ def test_a_fix_stopped_by_the_timeout_is_put_back(proj: Path, journals: Path) ->
                                   "and was stopped")
     assert full_snapshot(proj) == before and stat.S_IMODE(model.stat().st_mode) == 0o640
     assert _ours(journals) == []  # the journal is gone
+
+
+@needs_fork
+def test_a_temporary_file_half_written_when_stopped_is_removed(proj: Path, journals: Path) -> None:
+    model = proj / "model.py"
+    model.write_text(LINEAR)
+    (proj / ".model.py.mine.shapelint").write_text("a file of the user's that has such a name\n")
+    before = full_snapshot(proj)
+    with pytest.raises(ShapelintError, match="^--fix did not finish: put back model.py as it was; "):
+        isolate.run_isolated(lambda: _stopped_mid_fix(model, FIXED.encode(), half=True), timeout=2,
+                             stdout=io.BytesIO())
+    assert full_snapshot(proj) == before
 
 
 @needs_fork

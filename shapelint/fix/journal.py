@@ -6,14 +6,15 @@ The process that forks the lint (:mod:`shapelint.app.isolate`) opens the journal
 before the fork: a new folder made by :func:`tempfile.mkdtemp` (mode 0700, a name no
 other process had), which the child inherits as :data:`_folder`. Before
 :class:`~shapelint.fix.files.Transaction` writes a file, it records an entry there:
-the file's real path, the bytes it had and the digest of the bytes about to be
-written, each entry written whole (a temporary name, renamed). When the transaction
-ends (its edits kept after the re-lint, or put back) it empties the journal.
+the file's real path, the bytes it had and the bytes about to be written, each entry
+written whole (a temporary name, renamed). When the transaction ends (its edits kept
+after the re-lint, or put back) it empties the journal.
 
 After the child ends, however it ended, the parent :meth:`Journal.recover` s what is
 left: a file that holds exactly the bytes the fix wrote gets its old bytes back
 (written atomically, mode and owner kept); a file holding its old bytes is left as it
-is; a file holding anything else (changed since) is left too, and named. Then the
+is; a file holding anything else (changed since) is left too, and named. A temporary
+file the stopped write left beside it, holding part of what it was writing, is removed. Then the
 folder is removed, with the re-lint's temporary files made in it (:func:`scratch`).
 Nothing outside the folder is read or written but the files the entries name, which
 are the fix's own edits: shapelint writes the entries in the child, which runs with
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
+import glob
 import json
 import os
 import shutil
@@ -54,7 +55,7 @@ def record(real: Path, old: bytes, new: bytes) -> None:
     if _folder is None:
         return
     entry = {"path": str(real), "old": base64.b64encode(old).decode("ascii"),
-             "new_sha256": hashlib.sha256(new).hexdigest()}
+             "new": base64.b64encode(new).decode("ascii")}
     n = len([p for p in _folder.iterdir() if p.suffix == SUFFIX])
     part = _folder / f"{n:06d}.part"
     try:
@@ -103,9 +104,10 @@ class Journal:
     def _undo(self, entry: Path) -> None:
         try:
             data = json.loads(entry.read_text(encoding="utf-8"))
-            real, old, new_sha = Path(data["path"]), base64.b64decode(data["old"]), str(data["new_sha256"])
+            real, old, new = Path(data["path"]), base64.b64decode(data["old"]), base64.b64decode(data["new"])
         except (OSError, ValueError, KeyError, TypeError):
             return  # not an entry this module wrote whole
+        _remove_half_written(real, (old, new))
         try:
             st = os.stat(real)
             now = real.read_bytes()
@@ -114,7 +116,7 @@ class Journal:
             return
         if now == old:
             return
-        if hashlib.sha256(now).hexdigest() != new_sha or not stat.S_ISREG(st.st_mode):
+        if now != new or not stat.S_ISREG(st.st_mode):
             self.kept.append(str(real))
             return
         try:
@@ -149,6 +151,23 @@ def _shown(path: str) -> str:
     """``path`` relative to the working folder when it lies inside it."""
     rel = os.path.relpath(path)
     return path if rel.startswith("..") else rel
+
+
+def _remove_half_written(real: Path, contents: tuple[bytes, ...]) -> None:
+    """The temporary file :func:`~shapelint.fix.replace.replace_file` was writing beside
+    ``real`` when the process was stopped (``.model.py.<random>.shapelint``): removed when
+    it holds a prefix of what it was writing (the edit, or the old bytes being put back),
+    so that a file of the user's that merely has such a name stays."""
+    for tmp in real.parent.glob(f".{glob.escape(real.name)}.*.shapelint"):
+        try:
+            if tmp.is_symlink() or not tmp.is_file():
+                continue
+            data = tmp.read_bytes()
+        except OSError:
+            continue
+        if any(c.startswith(data) for c in contents):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
 
 def _ours(folder: Path) -> bool:
