@@ -216,6 +216,40 @@ def test_a_class_imported_from_torch_nn_under_another_name_is_fixed(proj: Path,
     assert changes(before, full_snapshot(proj)) == {"model.py": (text.encode(), text.replace("1023", "1024").encode())}
 
 
+#: the decorator builds the class with its own 1023: the call's 1023 is read by nothing
+WRAPPED = """\
+import torch
+import torch.nn as nn
+
+
+def fixed_hidden(cls):
+    return lambda width, hidden: cls(width, 1023)
+
+
+@fixed_hidden
+class Block(nn.Module):
+    def __init__(self, width, hidden):
+        super().__init__()
+        self.up = nn.Linear(width, hidden)
+
+    def forward(self, x):
+        return self.up(x)
+
+
+def shapelint_model():
+    return nn.Sequential(Block(4096, 1023), nn.ReLU()), torch.randn(4096, 4096)
+"""
+
+
+def test_a_decorated_class_is_not_read_by_its_signature(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``Block(4096, 1023)`` passes ``hidden`` by its __init__, but the decorator builds
+    the class with its own 1023: the fix edited the call's 1023, which sizes nothing."""
+    (proj / "model.py").write_text(WRAPPED)
+    out = unchanged(proj, ["model.py", "--min-step-share", "0"], capsys)
+    assert "Block (model.py:10) is wrapped by @fixed_hidden: shapelint cannot tell what the call at model.py:20 " \
+           "passes to `hidden`" in out
+
+
 CONFIG_ONE_LINE = ('{"model_type": "gpt2", "task_specific_params": {"vocab_size": 32001}, "n_embd": 256, "n_head": 4, '
                    '"n_layer": 1, "n_positions": 128, "vocab_size": 32001}\n')
 

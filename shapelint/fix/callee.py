@@ -113,6 +113,35 @@ def _replaced(full: str) -> bool:
     return not (isinstance(value, type) and value.__name__ == name and value.__module__.startswith(TORCH_NN + "."))
 
 
+#: decorators that return what they wrap with its signature unchanged (a class's
+#: ``@dataclass`` is read through its fields: :func:`shapelint.fix.flow.fields`)
+SIGNATURE_KEEPING = ("functools.cache", "functools.lru_cache", "torch.no_grad", "torch.inference_mode",
+                     "torch.enable_grad", "dataclasses.dataclass")
+
+
+def rewrapping(mod: Module, defn: ast.AST) -> str | None:
+    """The first decorator of ``defn`` (a class or function of the file, or the class
+    around a method) that may change what its calls pass to which parameter, as written
+    (``@swapped``: ``lambda a, b: cls(b, a)``), else None. Only decorators provably in
+    :data:`SIGNATURE_KEEPING` (and a ``dataclass`` by that name) keep the signature."""
+    owners = [defn]
+    parent = mod.parent.get(defn)
+    if isinstance(parent, ast.ClassDef):
+        owners.append(parent)
+    for owner in owners:
+        for d in getattr(owner, "decorator_list", []):
+            func = d.func if isinstance(d, ast.Call) else d
+            name = dotted(mod, func)
+            if name in SIGNATURE_KEEPING or (isinstance(owner, ast.ClassDef) and _spelled(func) == "dataclass"):
+                continue
+            return ast.unparse(d)
+    return None
+
+
+def _spelled(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
 def doubt(mod: Module, call: ast.Call) -> str:
     """Why ``call``'s positional arguments are not matched to a ``torch.nn`` class's
     parameters: what its callee is, as far as the file shows."""
@@ -135,4 +164,4 @@ def doubt(mod: Module, call: ast.Call) -> str:
             f"call the class itself")
 
 
-__all__ = ["TORCH_NN", "doubt", "dotted", "imported", "torch_class"]
+__all__ = ["SIGNATURE_KEEPING", "TORCH_NN", "doubt", "dotted", "imported", "rewrapping", "torch_class"]

@@ -28,7 +28,7 @@ import ast
 import inspect
 from collections.abc import Iterator
 
-from shapelint.fix.callee import torch_class
+from shapelint.fix.callee import rewrapping, torch_class
 from shapelint.fix.files import NotFixed
 from shapelint.fix.flow import ENTRY, Module, fields, is_dataclass, method, own_nodes
 from shapelint.fix.follow import Follower
@@ -59,6 +59,8 @@ def parameter_names(mod: Module, call: ast.Call, *, guess: bool = False) -> list
     ``guess``: else the ``torch.nn`` class its name spells, for the literals a fix must
     not leave behind unseen (:func:`candidates`), never for the one it edits."""
     defn = mod.definition(call.func)
+    if defn is not None and rewrapping(mod, defn) is not None:
+        return []  # a decorator may pass the call's arguments on in another order
     if isinstance(defn, ast.ClassDef):
         init = method(defn, "__init__")
         if init is not None:
