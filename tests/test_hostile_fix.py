@@ -250,6 +250,24 @@ def test_a_decorated_class_is_not_read_by_its_signature(proj: Path, capsys: pyte
            "passes to `hidden`" in out
 
 
+def test_an_edit_the_relint_shows_changed_nothing_is_undone(proj: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The last line of defence, for a proof that is wrong (here: the decorator check
+    taken away): a fixed finding the re-lint still reports as it was means the edit
+    changed nothing the model reads; it was kept, 'Fixed 1 finding (1 remaining)'."""
+    from shapelint.fix import chain, follow
+
+    monkeypatch.setattr(follow, "rewrapping", lambda *_: None)
+    monkeypatch.setattr(chain, "rewrapping", lambda *_: None)
+    (proj / "model.py").write_text(WRAPPED)
+    before = full_snapshot(proj)
+    rc, _, err = fix(["model.py", "--min-step-share", "0"], capsys)
+    assert rc == 2 and err == ("shapelint: error: the edit of model.py did not change what it was to fix (SL101 "
+                               "out_features: 1023 → 1024 is still reported): the model does not read that value; "
+                               "every edit was undone (1 file restored)\n")
+    assert changes(before, full_snapshot(proj)) == {}
+
+
 CONFIG_ONE_LINE = ('{"model_type": "gpt2", "task_specific_params": {"vocab_size": 32001}, "n_embd": 256, "n_head": 4, '
                    '"n_layer": 1, "n_positions": 128, "vocab_size": 32001}\n')
 
