@@ -6,16 +6,24 @@ The project is ``tmp_path/proj`` (it holds ``.git``); ``tmp_path/outside`` is be
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import signal
 import stat
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import torch
 from _cli_helpers import MODEL, run
 from _hostile import full_snapshot
 
+from shapelint.app import cli, isolate
+from shapelint.errors import ShapelintError
 from shapelint.fix import files as fix_files
 
 #: a one-layer GPT-2 whose vocabulary (32001) SL501 pads to 32008 in bf16
@@ -86,6 +94,16 @@ def test_downloaded_config_with_torch_dtype_is_never_edited(proj: Path, capsys: 
     assert RECIPE in out
 
 
+def test_a_config_saved_by_transformers_5_20_is_never_edited(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """transformers 5.20's save_pretrained writes ``dtype`` (not ``torch_dtype``) and no
+    ``_name_or_path``: a config-only download was edited."""
+    saved = {**GPT2, "architectures": ["GPT2LMHeadModel"], "dtype": "bfloat16", "transformers_version": "5.20.0"}
+    (proj / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
+    out = unchanged(proj, [proj / "config.json", *GPT2_ARGS], capsys)
+    assert "not fixed: a pretrained checkpoint (config.json has dtype, the mark of a downloaded model)" in out
+    assert RECIPE in out and "Fixed 0 findings (1 remaining)." in out
+
+
 # -- exactly the token that is the size --------------------------------------------------
 
 
@@ -138,6 +156,118 @@ def test_a_tokenizers_vocab_size_is_left_alone(proj: Path, capsys: pytest.Captur
     assert changes(before, full_snapshot(proj)) == {"lm.py": (TOKENIZER.encode(), after.encode())}
 
 
+#: ``Linear(1023)`` passes out_features: the partial already gave in_features
+PARTIAL = """\
+import functools
+
+import torch
+import torch.nn as nn
+
+Linear = functools.partial(nn.Linear, 1023)
+
+
+def shapelint_model():
+    return nn.Sequential(Linear(1023), nn.ReLU()), torch.randn(4096, 1023)
+"""
+#: the class itself replaced in the module the file imports
+PATCHED = PARTIAL.replace("Linear = functools.partial(nn.Linear, 1023)", "nn.Linear = functools.partial(nn.Linear, 1023)"
+                          ).replace("Sequential(Linear(1023)", "Sequential(nn.Linear(1023)")
+
+
+@pytest.mark.parametrize("text", [PARTIAL, PATCHED], ids=["partial", "patched"])
+def test_positions_are_not_read_by_a_name_that_is_not_the_class(text: str, proj: Path,
+                                                                capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Linear = functools.partial(nn.Linear, 1023)`` then ``Linear(1023)``: the fix
+    edited the 1023 that is really out_features."""
+    # PATCHED replaces torch.nn.Linear in this process (the CLI lints in a child): put it back after
+    monkeypatch.setattr(torch.nn, "Linear", torch.nn.Linear)
+    (proj / "model.py").write_text(text)
+    out = unchanged(proj, ["model.py"], capsys)
+    assert "SL101 in_features: 1023 → 1024: not fixed: `" in out
+    assert "is not provably the torch.nn class its name suggests" in out
+    assert "shapelint cannot tell which parameter its positional arguments set" in out
+    if text is PARTIAL:
+        assert "it is set at model.py:6 to `functools.partial(nn.Linear, 1023)`, not imported from torch.nn" in out
+
+
+def test_a_class_replaced_by_an_imported_helper_is_not_read_by_position(proj: Path,
+                                                                        capsys: pytest.CaptureFixture[str],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The patch lives in ``helper.py``: nothing in ``model.py`` assigns over ``nn.Linear``,
+    but while the model runs ``nn.Linear(1023)`` is ``Linear(1023, 1023)``."""
+    monkeypatch.setattr(torch.nn, "Linear", torch.nn.Linear)
+    (proj / "helper.py").write_text("import functools\n\nimport torch.nn as nn\n\n"
+                                    "nn.Linear = functools.partial(nn.Linear, 1023)\n")
+    (proj / "model.py").write_text(PATCHED.replace("nn.Linear = functools.partial(nn.Linear, 1023)\n", "import helper\n"))
+    out = unchanged(proj, ["model.py"], capsys)
+    assert ("`nn.Linear(...)` at model.py:10 is not provably the torch.nn class its name suggests (torch.nn.Linear "
+            "is not torch's class while the model runs: code it imports replaced it)") in out
+
+
+def test_a_class_imported_from_torch_nn_under_another_name_is_fixed(proj: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    text = LINEAR.replace("import torch.nn as nn\n", "import torch.nn as nn\nfrom torch.nn import Linear as Dense\n"
+                          ).replace("nn.Linear(1023, 1024)", "Dense(1023, 1024)")
+    (proj / "model.py").write_text(text)
+    before = full_snapshot(proj)
+    rc, out, _ = fix(["model.py"], capsys)
+    assert rc == 0 and "Fixed 1 finding (0 remaining)." in out
+    assert changes(before, full_snapshot(proj)) == {"model.py": (text.encode(), text.replace("1023", "1024").encode())}
+
+
+#: the decorator builds the class with its own 1023: the call's 1023 is read by nothing
+WRAPPED = """\
+import torch
+import torch.nn as nn
+
+
+def fixed_hidden(cls):
+    return lambda width, hidden: cls(width, 1023)
+
+
+@fixed_hidden
+class Block(nn.Module):
+    def __init__(self, width, hidden):
+        super().__init__()
+        self.up = nn.Linear(width, hidden)
+
+    def forward(self, x):
+        return self.up(x)
+
+
+def shapelint_model():
+    return nn.Sequential(Block(4096, 1023), nn.ReLU()), torch.randn(4096, 4096)
+"""
+
+
+def test_a_decorated_class_is_not_read_by_its_signature(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``Block(4096, 1023)`` passes ``hidden`` by its __init__, but the decorator builds
+    the class with its own 1023: the fix edited the call's 1023, which sizes nothing."""
+    (proj / "model.py").write_text(WRAPPED)
+    out = unchanged(proj, ["model.py", "--min-step-share", "0"], capsys)
+    assert "Block (model.py:10) is wrapped by @fixed_hidden: shapelint cannot tell what the call at model.py:20 " \
+           "passes to `hidden`" in out
+
+
+def test_an_edit_the_relint_shows_changed_nothing_is_undone(proj: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The last line of defence, for a proof that is wrong (here: the decorator check
+    taken away): a fixed finding the re-lint still reports as it was means the edit
+    changed nothing the model reads; it was kept, 'Fixed 1 finding (1 remaining)'."""
+    from shapelint.fix import chain, follow
+
+    monkeypatch.setattr(follow, "rewrapping", lambda *_: None)
+    monkeypatch.setattr(chain, "rewrapping", lambda *_: None)
+    (proj / "model.py").write_text(WRAPPED)
+    before = full_snapshot(proj)
+    rc, _, err = fix(["model.py", "--min-step-share", "0"], capsys)
+    assert rc == 2 and err == ("shapelint: error: the edit of model.py did not change what it was to fix (SL101 "
+                               "out_features: 1023 → 1024 is still reported): the model does not read that value; "
+                               "every edit was undone (1 file restored)\n")
+    assert changes(before, full_snapshot(proj)) == {}
+
+
 CONFIG_ONE_LINE = ('{"model_type": "gpt2", "task_specific_params": {"vocab_size": 32001}, "n_embd": 256, "n_head": 4, '
                    '"n_layer": 1, "n_positions": 128, "vocab_size": 32001}\n')
 
@@ -161,6 +291,31 @@ def test_json_with_a_duplicated_key_edits_the_one_json_loads_uses(proj: Path,
     assert rc == 0 and "config.json:8: fixed SL501 vocab_size: 32001 → 32008" in out
     after = text.replace('"vocab_size": 32001', '"vocab_size": 32008')
     assert changes(before, full_snapshot(proj)) == {"config.json": (text.encode(), after.encode())}
+
+
+# -- the bytes the lint read ---------------------------------------------------------------
+
+#: an editor saved this between the lint and the fix: line 6, where the finding points,
+#: is now another layer whose 1023 is not the finding's size
+SAVED_MEANWHILE = LINEAR.replace("    model = ", "    probe = nn.Linear(1023, 8)\n    model = ")
+
+
+def test_a_file_changed_since_the_lint_is_not_edited(proj: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from shapelint.fix import run as fix_run
+
+    (proj / "model.py").write_text(LINEAR)
+    real_plan = fix_run.plan
+
+    def saved_then_planned(*args: object, **kwargs: object) -> object:
+        (proj / "model.py").write_text(SAVED_MEANWHILE)
+        return real_plan(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fix_run, "plan", saved_then_planned)
+    rc, out, err = fix(["model.py"], capsys)
+    assert rc == 1, err
+    assert "SL101 in_features: 1023 → 1024: not fixed: model.py changed since it was linted; run shapelint again" in out
+    assert (proj / "model.py").read_text() == SAVED_MEANWHILE
 
 
 # -- inside the project only ----------------------------------------------------------------
@@ -250,6 +405,105 @@ def test_a_yaml_hex_integer_is_refused_cleanly(proj: Path, capsys: pytest.Captur
     out = unchanged(proj, ["mlp.yaml"], capsys)
     assert "mlp.yaml:3: `0x1555` is 5461 written in another form than decimal" in out
     assert "write it as 5461 for --fix to change it" in out and "internal error" not in out
+
+
+# -- YAML: anchors, aliases, block and flow style ------------------------------------------
+
+#: a builder whose two sizes are named by the layer's parameters, and one whose are not
+LIN = ("import torch.nn as nn\n\n\ndef build(in_features, out_features):\n"
+       "    return nn.Sequential(nn.Linear(in_features, out_features), nn.ReLU())\n")
+DH = "import torch.nn as nn\n\n\ndef build(d, h):\n    return nn.Sequential(nn.Linear(d, h), nn.ReLU())\n"
+
+
+def yaml_target(kwargs: dict[str, str], style: str, width: str = "1023") -> str:
+    """A shapelint YAML for ``lin.py:build`` with ``kwargs`` (values written as given) in
+    block or flow style."""
+    if style == "block":
+        body = "kwargs:\n" + "".join(f"  {k}: {v}\n" for k, v in kwargs.items())
+    else:
+        body = "kwargs: {" + ", ".join(f"{k}: {v}" for k, v in kwargs.items()) + "}\n"
+    return f"model: lin.py:build\n{body}inputs:\n  - shape: [4096, {width}]\n"
+
+
+@pytest.mark.parametrize("written", ["&w 1023", "!!int 1023", "&w !!int 1023"])
+def test_a_yaml_anchor_or_tag_is_kept_and_its_alias_follows(written: str, proj: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The edit span began at the anchor: ``in_features: &w 1023`` became ``in_features:
+    1024`` and the input's ``*w`` an undefined alias."""
+    (proj / "lin.py").write_text(LIN)
+    text = yaml_target({"in_features": written, "out_features": "1024"}, "block", "*w" if "&w" in written else "1023")
+    (proj / "t.yaml").write_text(text)
+    before = full_snapshot(proj)
+    rc, out, err = fix(["t.yaml"], capsys)
+    assert rc == 0 and "Fixed 1 finding (0 remaining)." in out, err
+    after = text.replace("1023", "1024")
+    assert changes(before, full_snapshot(proj)) == {"t.yaml": (text.encode(), after.encode())}
+    assert f"in_features: {written.replace('1023', '1024')}\n" in after
+
+
+@pytest.mark.parametrize("style", ["block", "flow"])
+def test_a_yaml_anchor_another_key_aliases_is_not_edited(style: str, proj: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """``out_features: *w`` reads the same node: editing it would grow out_features too."""
+    (proj / "lin.py").write_text(LIN)
+    (proj / "t.yaml").write_text(yaml_target({"in_features": "&w 1023", "out_features": "*w"}, style))
+    out = unchanged(proj, ["t.yaml"], capsys)
+    assert ("1023 at kwargs.in_features is an anchor also read at kwargs.out_features: editing it would change "
+            "those too; give kwargs.in_features its own value to fix it") in out
+
+
+@pytest.mark.parametrize("style", ["block", "flow"])
+def test_block_and_flow_yaml_edit_the_key_and_the_input_alike(style: str, proj: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Both sizes 1023: the key named in_features is the size, and the example input
+    grows with it (block style edited the key and left the input 1023: the re-lint failed)."""
+    (proj / "lin.py").write_text(LIN)
+    text = yaml_target({"out_features": "1023", "in_features": "1023"}, style)
+    (proj / "t.yaml").write_text(text)
+    before = full_snapshot(proj)
+    rc, out, err = fix(["t.yaml"], capsys)
+    # out_features 1023 shows once in_features is fixed (it was below the step-share bar)
+    assert rc == 1 and "Fixed 1 finding (1 remaining)." in out, err
+    after = yaml_target({"out_features": "1023", "in_features": "1024"}, style, "1024")
+    assert changes(before, full_snapshot(proj)) == {"t.yaml": (text.encode(), after.encode())}
+
+
+@pytest.mark.parametrize("style", ["block", "flow"])
+def test_block_and_flow_yaml_refuse_an_ambiguous_key_alike(style: str, proj: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``build(d, h)`` with d = h = 1023: which key is in_features is a guess (block
+    style edited h, the output size)."""
+    (proj / "lin.py").write_text(DH)
+    (proj / "t.yaml").write_text(yaml_target({"h": "1023", "d": "1023"}, style))
+    out = unchanged(proj, ["t.yaml", "--unsafe-fixes"], capsys)
+    assert "cannot tell which" in out and "Fixed 0 findings (1 remaining)." in out
+
+
+@pytest.mark.parametrize("style", ["block", "flow"])
+def test_block_and_flow_yaml_agree_a_builders_own_key_is_unsafe(style: str, proj: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``d`` may size more than this layer: growing it is not padding, in either style
+    (flow style called it a safe in_features fix)."""
+    (proj / "lin.py").write_text(DH)
+    (proj / "t.yaml").write_text(yaml_target({"h": "1024", "d": "1023"}, style))
+    out = unchanged(proj, ["t.yaml"], capsys)
+    assert "not fixed: unsafe fix (it changes what the model computes): rerun with --unsafe-fixes" in out
+    assert "1 unsafe fix can be applied with --unsafe-fixes." in out
+
+
+@pytest.mark.parametrize("style", ["block", "flow"])
+def test_a_yaml_key_given_twice_is_not_edited(style: str, proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """YAML keeps the last of a duplicated key: block style edited the first, dead one
+    (and the input), so the re-lint failed on a model the edit never reached."""
+    (proj / "lin.py").write_text(LIN)
+    text = yaml_target({"in_features": "1023", "out_features": "1024"}, style)
+    text = text.replace("in_features: 1023", "in_features: 1023\n  in_features: 1023" if style == "block"
+                        else "in_features: 1023, in_features: 1023")
+    (proj / "t.yaml").write_text(text)
+    out = unchanged(proj, ["t.yaml"], capsys)
+    assert "SL101 in_features: 1023 → 1024: not fixed: " in out
+    assert ("the key in_features is given 2 times in one mapping (YAML keeps the last)" if style == "block"
+            else "1023 is given 2 times under kwargs or hf_config") in out
 
 
 def test_a_file_with_a_bom_keeps_it(proj: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -347,7 +601,7 @@ def test_a_write_failure_restores_every_file(proj: Path, monkeypatch: pytest.Mon
     (proj / "a.py").write_text(LINEAR)
     (proj / "b.py").write_text(LINEAR)
     before = full_snapshot(proj)
-    real = fix_files._replace
+    real = fix_files.replace_file
     calls: list[Path] = []
 
     def failing(path: Path, data: bytes, st: os.stat_result) -> None:
@@ -356,9 +610,139 @@ def test_a_write_failure_restores_every_file(proj: Path, monkeypatch: pytest.Mon
             raise OSError(28, "No space left on device")
         real(path, data, st)
 
-    monkeypatch.setattr(fix_files, "_replace", failing)
+    monkeypatch.setattr(fix_files, "replace_file", failing)
     rc, _, err = fix(["a.py", "b.py"], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert "No space left on device; every edit was undone" in err
     assert len(calls) == 3  # a written, b failed, a put back
     assert changes(before, full_snapshot(proj)) == {}
+
+
+# -- a fix the process cannot finish (--timeout) -----------------------------------------
+
+needs_fork = pytest.mark.skipif(not isolate.available(), reason="needs os.fork")
+
+
+@pytest.fixture
+def journals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The temporary folder the journal is made in, to see that none is left (nor a
+    re-lint's folder; torch may leave its own caches there)."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _ours(folder: Path) -> list[Path]:
+    return [p for p in folder.iterdir() if p.name.startswith("shapelint-")]
+
+
+def _stopped_mid_fix(target: Path, new: bytes, *, commit: bool = False, meddle: bytes | None = None,
+                     half: bool = False) -> int:
+    """The child's side: write ``new`` over ``target`` as --fix does, then hang (``half``:
+    in the middle of writing a second file's temporary copy, as replace_file makes it)."""
+    tx = fix_files.Transaction()
+    tx.write(target, target.read_bytes(), new)
+    if half:
+        fd, _ = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".shapelint")
+        os.write(fd, new[: len(new) // 2])
+    if commit:
+        tx.commit()
+    if meddle is not None:
+        target.write_bytes(meddle)
+    time.sleep(60)
+    return 0
+
+
+@needs_fork
+def test_a_fix_stopped_by_the_timeout_is_put_back(proj: Path, journals: Path) -> None:
+    """The parent killed the child between its write and the re-lint's verdict: the file
+    stayed half-fixed (edited, never re-linted, never undone)."""
+    model = proj / "model.py"
+    model.write_text(LINEAR)
+    model.chmod(0o640)
+    before = full_snapshot(proj)
+    with pytest.raises(ShapelintError) as stopped:
+        isolate.run_isolated(lambda: _stopped_mid_fix(model, FIXED.encode()), timeout=2, stdout=io.BytesIO())
+    assert str(stopped.value) == ("--fix did not finish: put back model.py as it was; the lint ran past --timeout 2 s "
+                                  "and was stopped")
+    assert full_snapshot(proj) == before and stat.S_IMODE(model.stat().st_mode) == 0o640
+    assert _ours(journals) == []  # the journal is gone
+
+
+@needs_fork
+def test_a_temporary_file_half_written_when_stopped_is_removed(proj: Path, journals: Path) -> None:
+    model = proj / "model.py"
+    model.write_text(LINEAR)
+    (proj / ".model.py.mine.shapelint").write_text("a file of the user's that has such a name\n")
+    before = full_snapshot(proj)
+    with pytest.raises(ShapelintError, match="^--fix did not finish: put back model.py as it was; "):
+        isolate.run_isolated(lambda: _stopped_mid_fix(model, FIXED.encode(), half=True), timeout=2,
+                             stdout=io.BytesIO())
+    assert full_snapshot(proj) == before
+
+
+@needs_fork
+def test_a_fix_the_relint_confirmed_stays_after_a_timeout(proj: Path, journals: Path) -> None:
+    model = proj / "model.py"
+    model.write_text(LINEAR)
+    with pytest.raises(ShapelintError, match="^the lint ran past --timeout 2 s and was stopped$"):
+        isolate.run_isolated(lambda: _stopped_mid_fix(model, FIXED.encode(), commit=True), timeout=2,
+                             stdout=io.BytesIO())
+    assert model.read_text() == FIXED and _ours(journals) == []
+
+
+@needs_fork
+def test_a_file_changed_after_the_fix_wrote_it_is_not_put_back(proj: Path, journals: Path) -> None:
+    """Someone saved the file after --fix wrote it: restoring the old bytes would lose that."""
+    model = proj / "model.py"
+    model.write_text(LINEAR)
+    mine = (FIXED + "# mine\n").encode()
+    with pytest.raises(ShapelintError) as stopped:
+        isolate.run_isolated(lambda: _stopped_mid_fix(model, FIXED.encode(), meddle=mine), timeout=2,
+                             stdout=io.BytesIO())
+    assert str(stopped.value).startswith("--fix did not finish: model.py changed after it wrote it, left as it is: "
+                                         "check it by hand; the lint ran past --timeout 2 s")
+    assert model.read_bytes() == mine and _ours(journals) == []
+
+
+#: the model hangs once its input width is fixed: the re-lint of the fixed file never ends
+HANGS_WHEN_FIXED = LINEAR.replace("def shapelint_model():\n", "def shapelint_model():\n"
+                                  "    import pathlib, time\n"
+                                  "    if 'randn(4096, ' + '1024)' in pathlib.Path(__file__).read_text():\n"
+                                  "        time.sleep(120)\n")
+
+
+@needs_fork
+@pytest.mark.slow
+def test_a_relint_that_hangs_past_the_timeout_leaves_the_files_as_they_were(
+        proj: Path, journals: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    (proj / "model.py").write_text(HANGS_WHEN_FIXED)
+    before = full_snapshot(proj)
+    rc = cli.main(["model.py", "--fix", "--no-config", "--no-cache", "--timeout", "25"])
+    out, err = capfd.readouterr()
+    assert rc == 2 and out == ""
+    assert err == ("shapelint: error: --fix did not finish: put back model.py as it was; the lint ran past "
+                   "--timeout 25 s and was stopped\n")
+    assert full_snapshot(proj) == before and _ours(journals) == []
+
+
+@needs_fork
+@pytest.mark.skipif(signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, reason="SIGTERM is handled here")
+def test_a_fix_stopped_by_sigterm_is_put_back(proj: Path, journals: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A cancelled CI job sends SIGTERM: the parent died on the spot, and the child (a
+    process group of its own) went on with a half-done fix nobody waited for."""
+    model = proj / "model.py"
+    model.write_text(LINEAR)
+    before = full_snapshot(proj)
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            isolate.run_isolated(lambda: _stopped_mid_fix(model, FIXED.encode()), stdout=io.BytesIO())
+    finally:
+        timer.cancel()
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert capfd.readouterr().err == "shapelint: --fix did not finish: put back model.py as it was\n"
+    assert full_snapshot(proj) == before and _ours(journals) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

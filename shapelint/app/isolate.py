@@ -28,7 +28,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO
 
 from shapelint.errors import (
@@ -41,6 +41,7 @@ from shapelint.errors import (
     set_memory_cap,
     size_text,
 )
+from shapelint.fix import journal
 
 #: the child's exit code travels through the pipe as this many bytes; fewer mean the
 #: child ended without returning (os._exit, a signal)
@@ -74,6 +75,49 @@ def run_isolated(fn: Callable[[], int], *, timeout: float | None = None, max_mem
         raise ShapelintError(f"--max-memory {size_text(max_memory)} is more than any address space (2^63 bytes)")
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+    edits = journal.open_journal()  # --fix in the child notes its writes here first
+    try:
+        return _run_child(fn, timeout, max_memory, stdout, edits)
+    except (SystemExit, KeyboardInterrupt):  # SIGTERM, SIGHUP, Ctrl-C: the child is already ended
+        edits.close()
+        note = edits.note().rstrip("; ")
+        if note:
+            with contextlib.suppress(OSError, ValueError):
+                print(f"shapelint: {note}", file=sys.stderr)
+        raise
+    finally:
+        edits.close()  # puts back what a stopped --fix left half done
+
+
+#: the signals that stop a run from outside (a CI job cancelled, a terminal closed): the
+#: parent ends the child with it, since the child has a process group of its own
+_STOPPING = ("SIGTERM", "SIGHUP")
+
+
+@contextlib.contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    """While waiting for the child: SIGTERM or SIGHUP raise ``SystemExit(128 + n)`` here
+    (where the default was to die on the spot, leaving the child running and a --fix
+    half done), so that the child is ended and its edits put back first."""
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {}
+    for name in _STOPPING:
+        sig = getattr(signal, name, None)
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
+            if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+                previous[sig] = signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, handler)
+
+
+def _run_child(fn: Callable[[], int], timeout: float | None, max_memory: int | None, stdout: IO[bytes] | None,
+               edits: journal.Journal) -> int:
     with tempfile.TemporaryFile() as captured:
         read_end, write_end = os.pipe()
         err_read, err_write = os.pipe() if max_memory is not None else (None, None)
@@ -89,8 +133,12 @@ def run_isolated(fn: Callable[[], int], *, timeout: float | None = None, max_mem
             os.close(err_write)
             relay = _Relay(err_read)
         try:
-            status = _wait_for_status(read_end, pid, timeout, relay)
+            with _stopped_by_signals():
+                status = _wait_for_status(read_end, pid, timeout, relay)
             rc = _reap(pid, status, relay, max_memory)
+        except ShapelintError as exc:  # the child was stopped or died: undo its unfinished --fix now
+            edits.close()
+            raise ShapelintError(edits.note() + str(exc)) from None
         finally:
             os.close(read_end)
             if err_read is not None:
@@ -168,7 +216,7 @@ def _wait_for_status(fd: int, pid: int, timeout: float | None, relay: _Relay | N
                 if not chunk:
                     break  # the child ended without reporting
                 data += chunk
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM/SIGHUP (:func:`_stopped_by_signals`)
         _kill(pid)
         if relay is not None:
             relay.drain()

@@ -28,6 +28,7 @@ import ast
 import inspect
 from collections.abc import Iterator
 
+from shapelint.fix.callee import rewrapping, torch_class
 from shapelint.fix.files import NotFixed
 from shapelint.fix.flow import ENTRY, Module, fields, is_dataclass, method, own_nodes
 from shapelint.fix.follow import Follower
@@ -51,10 +52,15 @@ INPUT_MAKERS = ("randn", "rand", "zeros", "ones", "empty")
 # -- a call's arguments by parameter name ------------------------------------------------
 
 
-def parameter_names(mod: Module, call: ast.Call) -> list[str]:
+def parameter_names(mod: Module, call: ast.Call, *, guess: bool = False) -> list[str]:
     """The positional parameter names of what ``call`` builds: a class or function of
-    this file, else a ``torch.nn`` layer."""
+    this file, else the ``torch.nn`` class it provably is (:mod:`shapelint.fix.callee`;
+    ``functools.partial(nn.Linear, 1023)`` bound to ``Linear`` is not ``nn.Linear``).
+    ``guess``: else the ``torch.nn`` class its name spells, for the literals a fix must
+    not leave behind unseen (:func:`candidates`), never for the one it edits."""
     defn = mod.definition(call.func)
+    if defn is not None and rewrapping(mod, defn) is not None:
+        return []  # a decorator may pass the call's arguments on in another order
     if isinstance(defn, ast.ClassDef):
         init = method(defn, "__init__")
         if init is not None:
@@ -64,14 +70,31 @@ def parameter_names(mod: Module, call: ast.Call) -> list[str]:
         return [a.arg for a in [*defn.args.posonlyargs, *defn.args.args]]
     if defn is not None:
         return []
-    return _torch_parameters(layer_class(call))
+    return _torch_parameters(torch_class(mod, call) or (layer_class(call) if guess else ""))
+
+
+def _torch_layer(name: str) -> type | None:
+    """torch's own class ``name``: ``torch.nn.<name>``, else (user code that ran in this
+    process replaced that attribute: ``nn.Linear = functools.partial(...)``) the class of
+    that name defined in a ``torch.nn.modules`` submodule."""
+    import sys
+
+    import torch
+
+    cls = getattr(torch.nn, name, None)
+    if isinstance(cls, type) and cls.__name__ == name and cls.__module__.startswith("torch.nn."):
+        return cls
+    for modname, module in list(sys.modules.items()):
+        if modname.startswith("torch.nn.modules.") and module is not None:
+            cls = vars(module).get(name)
+            if isinstance(cls, type) and cls.__name__ == name and cls.__module__ == modname:
+                return cls
+    return None
 
 
 def _torch_parameters(name: str) -> list[str]:
-    import torch
-
-    cls = getattr(torch.nn, name, None) if name else None
-    if not isinstance(cls, type):
+    cls = _torch_layer(name) if name else None
+    if cls is None:
         return []
     try:
         return [p for p in inspect.signature(cls).parameters if p not in ("args", "kwargs")]
@@ -79,9 +102,10 @@ def _torch_parameters(name: str) -> list[str]:
         return []
 
 
-def arguments(mod: Module, call: ast.Call) -> Iterator[tuple[str, ast.expr]]:
-    """(parameter name, argument) of every argument ``call`` passes (up to a ``*args``)."""
-    for name, arg in zip(parameter_names(mod, call), call.args):
+def arguments(mod: Module, call: ast.Call, *, guess: bool = False) -> Iterator[tuple[str, ast.expr]]:
+    """(parameter name, argument) of every argument ``call`` passes (up to a ``*args``);
+    positions only where the callee is known (``guess``: see :func:`parameter_names`)."""
+    for name, arg in zip(parameter_names(mod, call, guess=guess), call.args):
         if isinstance(arg, ast.Starred):
             break
         yield name, arg
@@ -90,17 +114,17 @@ def arguments(mod: Module, call: ast.Call) -> Iterator[tuple[str, ast.expr]]:
             yield kw.arg, kw.value
 
 
-def argument(mod: Module, call: ast.Call, names: tuple[str, ...]) -> ast.expr | None:
-    return next((arg for name, arg in arguments(mod, call) if name in names), None)
+def argument(mod: Module, call: ast.Call, names: tuple[str, ...], *, guess: bool = False) -> ast.expr | None:
+    return next((arg for name, arg in arguments(mod, call, guess=guess) if name in names), None)
 
 
 def _is_int(node: ast.AST | None, value: int) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) is int and node.value == value
 
 
-def _norm_size(mod: Module, call: ast.Call) -> ast.expr | None:
+def _norm_size(mod: Module, call: ast.Call, *, guess: bool = False) -> ast.expr | None:
     param = NORM_LAYERS.get(layer_class(call))
-    return argument(mod, call, (param,)) if param else None
+    return next((a for name, a in arguments(mod, call, guess=guess) if name == param), None) if param else None
 
 
 def _maker_size(call: ast.AST, conv: bool) -> ast.expr | None:
@@ -128,8 +152,8 @@ def candidates(mod: Module, call: ast.Call, side: str, value: int, conv: bool) -
     for node in own_nodes(mod.scope(call)):
         if not isinstance(node, ast.Call) or node is call:
             continue
-        found += [a for name, a in arguments(mod, node) if name in other and _is_int(a, value)]
-        norm = _norm_size(mod, node)
+        found += [a for name, a in arguments(mod, node, guess=True) if name in other and _is_int(a, value)]
+        norm = _norm_size(mod, node, guess=True)
         found += [norm] if norm is not None and _is_int(norm, value) else []
     if side == "in":
         found += [s for n in ast.walk(mod.tree) if (s := _maker_size(n, conv)) is not None and _is_int(s, value)]

@@ -12,8 +12,11 @@ read-only one (the user said it is not to be changed; root could write it anyway
 so the mode bits decide, not ``os.access``).
 
 Writes go through a :class:`Transaction`: each file is written to a temporary file
-beside it and renamed over it, and every file written so far can be put back byte
-for byte when a later write or the re-lint fails.
+beside it and renamed over it (:mod:`shapelint.fix.replace`), and every file written
+so far can be put back byte for byte when a later write or the re-lint fails; each
+write is noted first in the journal a forking parent keeps
+(:mod:`shapelint.fix.journal`), which puts the files back when the process is stopped
+before the transaction ends.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from __future__ import annotations
 import io
 import os
 import stat
-import tempfile
 import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +31,8 @@ from pathlib import Path
 
 from shapelint.errors import ShapelintError
 from shapelint.files import read_bytes
+from shapelint.fix import journal
+from shapelint.fix.replace import replace_file
 from shapelint.locate.config_keys import is_library
 
 BOM = b"\xef\xbb\xbf"
@@ -131,24 +135,6 @@ def writable(path: Path, root: Path, also: frozenset[Path] = frozenset()) -> Pat
     return real
 
 
-def _replace(real: Path, data: bytes, st: os.stat_result) -> None:
-    """``data`` into a temporary file beside ``real`` with its mode and owner, renamed over it."""
-    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".shapelint")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-            if hasattr(os, "fchown") and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
-                os.fchown(f.fileno(), st.st_uid, st.st_gid)  # before the mode: chown clears set-id bits
-            os.fchmod(f.fileno(), stat.S_IMODE(st.st_mode))
-        os.replace(tmp, real)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 @dataclass(frozen=True)
 class _Written:
     real: Path
@@ -175,7 +161,8 @@ class Transaction:
         if st.st_nlink > 1 or not stat.S_ISREG(st.st_mode):
             raise ShapelintError(f"{real} is no longer a single regular file; not written")
         try:
-            _replace(real, new, st)
+            journal.record(real, old, new)
+            replace_file(real, new, st)
         except OSError as exc:
             raise ShapelintError(f"cannot write {real}: {exc.strerror or exc}") from None
         self.written.append(_Written(real, old, st))
@@ -185,11 +172,18 @@ class Transaction:
         failed = []
         for w in reversed(self.written):
             try:
-                _replace(w.real, w.old, w.st)
+                replace_file(w.real, w.old, w.st)
             except OSError as exc:
                 failed.append(f"{w.real} ({exc.strerror or exc})")
         self.written.clear()
+        if not failed:  # else the journal keeps them, for the parent to try again
+            journal.clear()
         return failed
+
+    def commit(self) -> None:
+        """The edits stay (the re-lint passed): a timeout from now on must not undo them."""
+        self.written.clear()
+        journal.clear()
 
 
 __all__ = ["Doc", "NotFixed", "Transaction", "named", "read_doc", "writable"]

@@ -210,18 +210,28 @@ class Module:
                 return "global" if isinstance(n, ast.Global) else "nonlocal"
         return None
 
-    def binding(self, at: ast.AST, name: str) -> Binding:
-        """The one binding of ``name`` read at ``at``, or :class:`NotFixed`."""
-        chain = self.chain(at)
-        for i, scope in enumerate(chain):
+    def lookup(self, at: ast.AST, name: str) -> tuple[ast.AST, list[Binding]]:
+        """The scope whose binding of ``name`` a read at ``at`` sees, and every binding of
+        ``name`` in it (none: the name is not set in the file, or only by a ``global``
+        declaration elsewhere)."""
+        for scope in self.chain(at):
             declared = self.declared(scope, name) if scope is not self.tree else None
             if declared == "global":
-                return self.binding_in(self.tree, name, at)
+                return self.tree, self.bindings(self.tree, name)
             if declared == "nonlocal":
                 continue
             found = self.bindings(scope, name)
             if found:
-                return self._one(found, scope, name, at)
+                return scope, found
+        return self.tree, []
+
+    def binding(self, at: ast.AST, name: str) -> Binding:
+        """The one binding of ``name`` read at ``at``, or :class:`NotFixed`."""
+        scope, found = self.lookup(at, name)
+        if found:
+            return self._one(found, scope, name, at)
+        if any(self.declared(s, name) == "global" for s in self.chain(at) if s is not self.tree):
+            raise NotFixed(f"`{name}` read at {self.where(at)} is not set in {self.path}")
         raise NotFixed(f"`{name}` read at {self.where(at)} is not set in {self.path} (a builtin, or set elsewhere)")
 
     def binding_in(self, scope: ast.AST, name: str, at: ast.AST) -> Binding:

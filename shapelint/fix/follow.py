@@ -14,6 +14,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from shapelint.fix.callee import rewrapping
 from shapelint.fix.files import NotFixed
 from shapelint.fix.flow import ENTRY, MAX_STEPS, RUN_PARAMETERS, Module, fields, is_dataclass, method
 
@@ -136,6 +137,12 @@ class Follower:
     def _argument(self, fn: ast.AST, arg: ast.arg, call: ast.Call, outer: Frames) -> tuple[ast.expr, Frames]:
         """What ``call`` passes to ``fn``'s parameter ``arg`` (its default if nothing)."""
         where = self.mod.where(call)
+        wrapper = rewrapping(self.mod, fn)
+        if wrapper is not None:
+            owner = self.mod.parent.get(fn)
+            shown = owner if isinstance(owner, ast.ClassDef) else fn
+            raise NotFixed(f"{getattr(shown, 'name', '<lambda>')} ({self.mod.where(shown)}) is wrapped by @{wrapper}: "
+                           f"shapelint cannot tell what the call at {where} passes to `{arg.arg}`")
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
             raise NotFixed(f"the call at {where} passes *args or **kwargs: shapelint cannot tell what "
                            f"`{arg.arg}` is")
@@ -224,6 +231,10 @@ class Follower:
     def _field(self, cls: ast.ClassDef, attr: str, call: ast.Call, frames: Frames,
                at: ast.AST) -> tuple[ast.expr, Frames]:
         """``obj.<attr>`` of the object ``call`` builds."""
+        wrapper = rewrapping(self.mod, cls)
+        if wrapper is not None:  # what the call builds may not be this class, or built from these arguments
+            raise NotFixed(f"{cls.name} ({self.mod.where(cls)}) is wrapped by @{wrapper}: shapelint cannot tell "
+                           f"what `.{attr}` of the object built at {self.mod.where(call)} is")
         init = method(cls, "__init__")
         if init is not None:
             sets = [(fn, value) for fn, _, value in self._assignments(cls, attr)]

@@ -19,7 +19,7 @@ shapelint cannot follow to one literal, a companion it cannot prove, a file outs
 the project, an installed package, a file reached through a symlink that leaves the
 project, a hard-linked or read-only file, a YAML integer not written in decimal, a
 run setting such as the dtype, and any size of a pretrained checkpoint's config
-(weights beside it, or ``_name_or_path``/``torch_dtype``): its vocabulary is padded in
+(weights beside it, or ``_name_or_path``/``torch_dtype``/``dtype``): its vocabulary is padded in
 code instead (:mod:`shapelint.locate.pretrained`). A fix that changes what the model
 computes beyond padding (a head dimension, the number of heads, a smaller layer) is
 unsafe and needs ``--unsafe-fixes``. Of two fixes whose edits conflict, the first
@@ -28,16 +28,18 @@ is kept (:mod:`shapelint.fix.edits`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shapelint.fix.chain import IN_PARAMETERS
-from shapelint.fix.config_edits import check_json, json_spans, yaml_spans
+from shapelint.fix.config_edits import check_json, json_spans
 from shapelint.fix.edits import Edit, Taken, apply_text, conflicts, take
 from shapelint.fix.files import Doc, NotFixed, named, read_doc, writable
 from shapelint.fix.python_edits import python_spans
+from shapelint.fix.yaml_edits import yaml_spans
 from shapelint.locate import pretrained as pretrained
 from shapelint.locate.config_keys import NOT_CONFIG_KEYS, is_library, leaf
 from shapelint.model.locations import ConfigLocation
@@ -93,13 +95,33 @@ def caveat(parameter: str, from_: int, to: int, vocab: bool = False) -> str:
             f"and its outputs stay the same")
 
 
+def linted_digests(results: Sequence[Result]) -> dict[Path, set[str]] | None:
+    """real path -> the SHA-256 digests of the bytes the lint read of it (two targets may
+    have read it at different times); None when a result does not say what its lint read
+    (a model linted from Python, whose files the application did not record; a re-lint's
+    result, which ``--verify --step`` plans copies of)."""
+    if not results or not all(r.inputs for r in results):
+        return None
+    out: dict[Path, set[str]] = {}
+    for r in results:
+        for file, sha in r.inputs:
+            out.setdefault(Path(os.path.realpath(file)), set()).add(sha)
+    return out
+
+
 class PlanFiles:
     """The files a plan reads, each once (every edit of a file is an offset into the same
-    text); with a project ``root``, only files ``--fix`` may write (:func:`writable`)."""
+    text); with a project ``root``, only files ``--fix`` may write (:func:`writable`).
+    With ``linted`` (:func:`linted_digests`), only a file that still holds the bytes
+    the lint read: the findings, lines and values were computed from those bytes, so an
+    edit made since (by the user, an editor's save, a formatter) would make the fix
+    edit a token it never proved is the size."""
 
-    def __init__(self, root: Path | None, targets: Sequence[str] = ()) -> None:
+    def __init__(self, root: Path | None, targets: Sequence[str] = (),
+                 linted: dict[Path, set[str]] | None = None) -> None:
         self.root = root
         self.named = named(targets)
+        self.linted = linted
         self.docs: dict[Path, Doc] = {}
 
     def doc(self, path: Path) -> Doc:
@@ -110,8 +132,18 @@ class PlanFiles:
             if is_library(str(real)):
                 raise NotFixed(f"{path} is an installed package's file: change the size in your own code")
         if real not in self.docs:
-            self.docs[real] = read_doc(real)
+            self.docs[real] = self._as_linted(path, read_doc(real))
         return self.docs[real]
+
+    def _as_linted(self, path: Path, doc: Doc) -> Doc:
+        if self.linted is None:
+            return doc
+        seen = self.linted.get(Path(os.path.realpath(doc.path)))
+        if seen is None:
+            raise NotFixed(f"{path} is not among the files the lint read; run shapelint again")
+        if seen != {hashlib.sha256(doc.raw).hexdigest()}:
+            raise NotFixed(f"{path} changed since it was linted; run shapelint again")
+        return doc
 
 
 def plan(results: Sequence[Result], *, unsafe: bool, root: Path | None = None) -> list[Planned]:
@@ -120,7 +152,8 @@ def plan(results: Sequence[Result], *, unsafe: bool, root: Path | None = None) -
     edits may be written besides the targets' own files (None: plan only, as
     ``--verify --step`` does for its copies)."""
     out: list[Planned] = []
-    files = PlanFiles(root, [t for r in results for t in (r.target, r.config_file) if t])
+    files = PlanFiles(root, [t for r in results for t in (r.target, r.config_file) if t],
+                      linted_digests(results) if root is not None else None)
     taken: Taken = {}
     for r in results:
         for f in r.findings:
@@ -143,24 +176,41 @@ def plan_one(r: Result, f: Finding, unsafe: bool, files: PlanFiles) -> Planned:
     if s.parameter in NOT_CONFIG_KEYS or not isinstance(s.from_, int) or not isinstance(s.to, int):
         return Planned(f, r.target, reason=f"{s.parameter} is how the model runs, not a size in a file")
     names = (s.parameter, f.code_parameter or s.parameter)
-    safe = is_safe(s.parameter, s.from_, s.to)
     try:
-        edits = _locate(r, f, names, s.from_, str(s.to), files)
+        edits, keys = _locate(r, f, names, s.from_, str(s.to), files)
     except NotFixed as exc:
         return Planned(f, r.target, reason=str(exc))
+    # the name that says what the edited value sizes: the suggestion's, else the YAML
+    # key the edit lands on (``kwargs: {d: 1023}``: ``d`` may size more than this layer)
+    parameter = next((k for k in keys if not is_safe(k, s.from_, s.to)), s.parameter)
+    safe = is_safe(parameter, s.from_, s.to)
     reason = "" if safe or unsafe else "unsafe fix (it changes what the model computes): rerun with --unsafe-fixes"
-    return Planned(f, r.target, edits, reason, not safe, caveat(s.parameter, s.from_, s.to, f.vocab is not None))
+    return Planned(f, r.target, edits, reason, not safe, caveat(parameter, s.from_, s.to, f.vocab is not None))
+
+
+def _ambiguous(f: Finding, value: int) -> None:
+    """A key the locator found beside others of the same value that rank as high: which
+    one is the size is a guess, and --fix does not guess."""
+    loc = f.location
+    if loc is not None and loc.key is not None and loc.also:
+        others = ", ".join(f"{k.key} (line {k.line})" if k.line else k.key for k in loc.also)
+        raise NotFixed(f"{value} is {loc.key}, and also {others}: shapelint cannot tell which key is this size; "
+                       f"change it by hand")
 
 
 def _locate(r: Result, f: Finding, names: tuple[str, ...], value: int, new: str,
-            files: PlanFiles) -> tuple[Edit, ...]:
+            files: PlanFiles) -> tuple[tuple[Edit, ...], list[str]]:
+    """The edits, and the YAML keys they set the size at (none: a Python literal, a
+    config.json key named by the suggestion)."""
     src = f.source
+    if r.config_file and r.kind in ("hf-config", "yaml"):
+        _ambiguous(f, value)
     if r.config_file and r.kind == "hf-config":
-        return _json_edits(r.config_file, f, names, value, new, files)
+        return _json_edits(r.config_file, f, names, value, new, files), []
     if r.config_file and r.kind == "yaml":
-        edits = _yaml_edits(r.config_file, f, names, value, new, files)
+        edits, keys = _yaml_edits(r.config_file, f, names, value, new, files)
         if edits:
-            return edits
+            return edits, keys
     if src is None:
         raise NotFixed("shapelint knows no source line for this layer (an in-memory model, or built in a library)")
     path = Path(src.file)
@@ -169,7 +219,7 @@ def _locate(r: Result, f: Finding, names: tuple[str, ...], value: int, new: str,
     doc = files.doc(path)
     entry = r.kind == "python" and os.path.realpath(r.target) == os.path.realpath(path)
     spans = python_spans(doc, path, src.line, names, value, vocab=f.vocab is not None, entry=entry)
-    return tuple(Edit(path, start, end, new, doc) for start, end in spans)
+    return tuple(Edit(path, start, end, new, doc) for start, end in spans), []
 
 
 def _json_edits(config_file: str, f: Finding, names: tuple[str, ...], value: int, new: str,
@@ -200,21 +250,24 @@ def _one_key(config_file: str, f: Finding, names: tuple[str, ...], value: int) -
 
 
 def _yaml_edits(config_file: str, f: Finding, names: tuple[str, ...], value: int, new: str,
-                files: PlanFiles) -> tuple[Edit, ...]:
-    """Integers of a shapelint YAML (none: the size is in the builder's code)."""
+                files: PlanFiles) -> tuple[tuple[Edit, ...], list[str]]:
+    """Integers of a shapelint YAML (none: the size is in the builder's code), and the
+    keys that hold the size. The layer's parameter (``names[1]``: ``in_features`` also
+    when the finding was moved to a key ``d``) says whether the example inputs grow."""
     path = Path(config_file)
     src = f.source
     lines = [src.line] if src is not None and src.file == config_file else []
     if lines and f.location is not None:
         lines += [k.line for k in f.location.together]
-    width = None if names[0] not in IN_PARAMETERS else 1 if names[0] == "in_channels" else -1
+    width = None if names[1] not in IN_PARAMETERS else 1 if names[1] == "in_channels" else -1
     try:
         doc = files.doc(path)
     except NotFixed:
-        if yaml_spans(read_doc(Path(os.path.realpath(path))), lines, value, width):
+        if yaml_spans(read_doc(Path(os.path.realpath(path))), lines, value, width, names)[0]:
             raise
-        return ()  # the size is not in the YAML: the builder's code may still be fixed
-    return tuple(Edit(path, start, end, new, doc) for start, end in yaml_spans(doc, lines, value, width))
+        return (), []  # the size is not in the YAML: the builder's code may still be fixed
+    spans, keys = yaml_spans(doc, lines, value, width, names)
+    return tuple(Edit(path, start, end, new, doc) for start, end in spans), keys
 
 
 __all__ = ["CONFLICT", "INPUT_PARAMETERS", "OUTPUT_PARAMETERS", "PADDING_PARAMETERS", "VOCAB_PARAMETERS", "PlanFiles",

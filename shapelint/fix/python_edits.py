@@ -14,6 +14,7 @@ import ast
 from collections.abc import Sequence
 from pathlib import Path
 
+from shapelint.fix.callee import doubt
 from shapelint.fix.chain import argument, companions, vocabulary
 from shapelint.fix.edits import Span
 from shapelint.fix.files import Doc, NotFixed
@@ -63,20 +64,40 @@ def python_spans(doc: Doc, shown: Path, line: int, names: Sequence[str], value: 
         raise NotFixed(f"{shown}: cannot parse it ({exc.msg})") from None
     mod = Module(tree, shown, doc.text, entry=entry)
     starts = line_starts(doc.text)
-    where = f"{shown}:{line}"
-    found = [(c, a) for c in _calls_on(tree, line) if (a := argument(mod, c, tuple(names))) is not None]
-    found = [(c, a) for c, a in found if not isinstance(a, ast.Constant) or a.value == value]
-    if not found:
-        raise NotFixed(_elsewhere(tree, doc.text, starts, names[0], value, where))
-    if len({id(a) for _, a in found}) > 1:
-        raise NotFixed(f"{len(found)} calls at {where} take {names[0]}: shapelint cannot tell which is the layer")
-    call, arg = found[0]
+    call, arg = _layer_call(mod, tree, line, names, value)
     follow = Follower(mod)
     primary = follow.literal(arg, value)
     nodes = [primary, *companions(mod, follow, call, names[0], value, primary)]
     if vocab:
         nodes += vocabulary(mod, follow, call, value, primary)
     return list(dict.fromkeys(span(doc.text, starts, n) for n in nodes))
+
+
+def _taking(mod: Module, calls: Sequence[ast.Call], names: Sequence[str], value: int,
+            guess: bool) -> list[tuple[ast.Call, ast.expr]]:
+    """The calls that pass ``names`` (a literal only when it is ``value``), each with that argument."""
+    found = [(c, a) for c in calls if (a := argument(mod, c, tuple(names), guess=guess)) is not None]
+    return [(c, a) for c, a in found if not isinstance(a, ast.Constant) or a.value == value]
+
+
+def _layer_call(mod: Module, tree: ast.Module, line: int, names: Sequence[str],
+                value: int) -> tuple[ast.Call, ast.expr]:
+    """The one call on ``line`` that passes the size, with the argument that is it. A
+    call whose positions are read only by the name it spells (``Linear(1023)`` after
+    ``Linear = functools.partial(nn.Linear, 1023)``) counts against certainty (two
+    candidates: refused) but is never the one edited."""
+    calls = _calls_on(tree, line)
+    found = _taking(mod, calls, names, value, guess=False)
+    maybe = _taking(mod, calls, names, value, guess=True)
+    where = f"{mod.path}:{line}"
+    taking = {id(a) for _, a in found + maybe}
+    if len(taking) > 1:
+        raise NotFixed(f"{len(taking)} calls at {where} take {names[0]}: shapelint cannot tell which is the layer")
+    if found:
+        return found[0]
+    if maybe:
+        raise NotFixed(doubt(mod, maybe[0][0]))
+    raise NotFixed(_elsewhere(tree, mod.text, line_starts(mod.text), names[0], value, where))
 
 
 def _elsewhere(tree: ast.Module, text: str, starts: list[int], name: str, value: int, where: str) -> str:

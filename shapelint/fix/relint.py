@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shapelint.errors import ShapelintError
+from shapelint.fix import journal
 
 if TYPE_CHECKING:
     from shapelint.hardware import Hardware
@@ -71,7 +72,7 @@ class Relinter:
         :class:`ShapelintError` (naming it)."""
         if not targets:
             return []
-        folder = tempfile.mkdtemp(prefix="shapelint-relint-")
+        folder = tempfile.mkdtemp(prefix="shapelint-relint-", dir=journal.scratch())
         try:
             out = os.path.join(folder, "results.json")
             proc = subprocess.run([sys.executable, "-I", "-B", "-c", _BOOT], input=json.dumps(self.job(targets, out)),

@@ -90,7 +90,7 @@ def run(results: list[Result], relint: Callable[[list[str]], list[Result]], *, w
     outcome = Outcome(results, unified_diff(texts))
     if write and texts:
         tx = _write(planned)
-        outcome.results = _relint(results, relint, tx, {p.target for p in fixed})
+        outcome.results = _relint(results, relint, tx, fixed)
     outcome.notes = _notes(planned, fixed, write)
     outcome.results = _with_reasons(outcome.results, planned)
     outcome.notes += _summary(outcome.results, planned, len(fixed), write)
@@ -149,12 +149,26 @@ def _touched(r: Result, edited: set[str], fixed_targets: set[str]) -> bool:
     return r.target in fixed_targets or any(os.path.realpath(f) in edited for f in files)
 
 
+def _unchanged(fixed: Sequence[Planned], fresh: dict[str, Result]) -> str:
+    """The first fix whose finding the re-lint still reports as it was (same rule, layer
+    and suggestion): its edit changed nothing the model reads (a dead duplicate, a value
+    something else overrides), so the proof it stood on was wrong; "" if none."""
+    for p in fixed:
+        again = fresh.get(p.target)
+        if again is not None and any(_key(f) == _key(p.finding) and not f.suppressed for f in again.findings):
+            files = ", ".join(sorted({f"{e.file}" for e in p.edits}))
+            return (f"the edit of {files} did not change what it was to fix ({p.finding.code} "
+                    f"{p.finding.suggestion} is still reported): the model does not read that value")
+    return ""
+
+
 def _relint(results: list[Result], relint: Callable[[list[str]], list[Result]], tx: Transaction,
-            fixed_targets: set[str]) -> list[Result]:
-    """Lint again, in a fresh process, the targets the edits touch; if that fails, put
-    back every edited file and say so on one line."""
+            fixed: Sequence[Planned]) -> list[Result]:
+    """Lint again, in a fresh process, the targets the edits touch; if that fails, or a
+    fixed finding is still there, put back every edited file and say so on one line."""
     edited = {str(w.real) for w in tx.written}
-    again = [r.target for r in results if _touched(r, edited, fixed_targets)]
+    again = [r.target for r in results if _touched(r, edited, {p.target for p in fixed})]
+    restored = f"{len(edited)} file{'s' if len(edited) != 1 else ''} restored"
     try:
         fresh = dict(zip(again, relint(again)))
     except BaseException as exc:
@@ -163,8 +177,12 @@ def _relint(results: list[Result], relint: Callable[[list[str]], list[Result]], 
             raise
         if failed:
             raise ShapelintError(_undone(f"the fixes broke the re-lint ({exc})", failed)) from exc
-        restored = f"{len(edited)} file{'s' if len(edited) != 1 else ''} restored"
         raise ShapelintError(f"the fixes broke the re-lint, so every edit was undone ({restored}): {exc}") from exc
+    wrong = _unchanged(fixed, fresh)
+    if wrong:
+        failed = tx.undo()
+        raise ShapelintError(_undone(wrong, failed) if failed else f"{wrong}; every edit was undone ({restored})")
+    tx.commit()
     return [fresh.get(r.target, r) for r in results]
 
 

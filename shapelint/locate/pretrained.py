@@ -2,7 +2,8 @@
 of editing it.
 
 A ``config.json`` with weights beside it, or one that ``save_pretrained`` wrote for a
-download (``_name_or_path``, ``torch_dtype``), describes tensors that already exist:
+download (``_name_or_path``, ``torch_dtype``; transformers 5.20 and later write
+``dtype`` instead and leave out ``_name_or_path``), describes tensors that already exist:
 ``from_pretrained`` fails with a size mismatch once its ``vocab_size`` no longer
 matches the embedding it loads. Such a config is never edited. The vocabulary is
 padded in the training code instead, after loading, by
@@ -20,8 +21,10 @@ from pathlib import Path
 
 #: files of weights that make a folder a checkpoint (sharded ones come with an ``*.index.json``)
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.index.json")
-#: keys save_pretrained writes into a downloaded model's config
-DOWNLOAD_KEYS = ("_name_or_path", "torch_dtype")
+#: keys save_pretrained writes into a downloaded model's config: ``_name_or_path`` and
+#: ``torch_dtype`` before transformers 5.20, ``dtype`` from then on (it writes no
+#: ``_name_or_path`` any more, so ``dtype`` alone must be enough)
+DOWNLOAD_KEYS = ("_name_or_path", "torch_dtype", "dtype")
 #: at most this many folder entries are looked at (a checkpoint folder holds a few dozen)
 MAX_ENTRIES = 10_000
 
