@@ -35,6 +35,7 @@ y = att.softmax(dim=-1) @ v
 ```python
 y = F.scaled_dot_product_attention(q, k, v)  # add is_causal=True / attn_mask as needed
 # nn.MultiheadAttention: call it with need_weights=False
+# Hugging Face: the attn_implementation the model class supports (the finding names it)
 ```
 """
 
@@ -130,8 +131,9 @@ def _proposal(atts: list[HandWritten]) -> Proposal:
         tuple(g for att in atts for g in att.fused()),
         f"attention written as matmul → softmax → matmul materialises the {first.tq}x{first.tk} "
         f"score matrix ({first.pv.batch} batch·heads, {score_bytes / _MIB:.0f} MiB, about {passes} passes "
-        f"through memory per step); F.scaled_dot_product_attention keeps it on chip (nn.MultiheadAttention: "
-        f"need_weights=False; Hugging Face: attn_implementation=\"sdpa\")",
+        f"through memory per step); F.scaled_dot_product_attention keeps it on chip"
+        + ("; call nn.MultiheadAttention with need_weights=False" if first.qk.module_type == "MultiheadAttention"
+           else ""),
         (("seq_q", first.tq), ("seq_k", first.tk), ("head_dim", first.qk.k), ("score_bytes", score_bytes),
          ("score_passes", passes), ("traffic_bytes", score_bytes * passes), ("softmax_bytes", softmax_bytes)),
         # the fused backward computes QKᵀ again

@@ -31,6 +31,7 @@ from shapelint.load.run import load
 from shapelint.load.usercode import user_code
 from shapelint.locate.code_sites import locate_in_code
 from shapelint.locate.config_keys import locate_all
+from shapelint.locate.knobs import advise
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Options, Result
 from shapelint.pipeline.settings import default
@@ -131,6 +132,7 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
         findings = locate_all(findings, loaded.config_keys, loaded.config_file, tp=tp)
     elif loaded.kind == "python":
         findings = locate_in_code(findings, str(path), tp=tp)
+    findings = advise(findings, loaded.model, cap.gemms)
     step = step_estimate(cap.gemms, findings, hw)
     return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file,
                   tp=tp, policy=opts.policy, step_model=model, step_time=model.before,
