@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from _cli_helpers import run
 
-from shapelint.locate.knobs import SEQUENCE_LIKE
+from shapelint.locate.knobs import SEQUENCE_LIKE, not_a_knob
+from shapelint.model.locations import ConfigLocation
+from shapelint.model.records import Finding, Suggestion
 
 #: vit-pytorch's attention over 65 tokens (64 patches and a class token), written by hand
 VIT = '''\
@@ -91,3 +94,24 @@ def test_library_attention_names_the_implementations_the_class_takes(tmp_path: P
     assert "PegasusXGlobalLocalAttention writes this attention by hand" in encoder["message"]
     assert "_supports_sdpa is False" in encoder["message"]
     assert encoder["suggestion"]["to"] == "F.scaled_dot_product_attention"
+
+
+def _finding(parameter: str, value: int, gemms: tuple[int, ...], key: str | None = "x") -> Finding:
+    loc = ConfigLocation(key, note="" if key else "no key of config.json has the value")
+    return Finding("SL501", "vocab-padding", "error", "m", "msg", gemms, 1.0, 0.5,
+                   suggestion=Suggestion(parameter, value, value + 6), location=loc)
+
+
+def test_a_size_of_gemms_without_a_weight_that_no_key_gives_is_no_knob() -> None:
+    """MPNet's 514: the sequence length (8 x 514 tokens), equal to its position table's
+    size, in the attention's batched GEMMs (forward, grad_input): no weight, no key."""
+    step = {0: SimpleNamespace(phase="forward"), 1: SimpleNamespace(phase="grad_input"),
+            2: SimpleNamespace(phase="grad_weight")}
+    assert not_a_knob(_finding("vocab_size", 514, (0, 1), key=None), step) is not None  # type: ignore[arg-type]
+    assert not_a_knob(_finding("vocab_size", 514, (0, 1, 2), key=None), step) is None  # type: ignore[arg-type]
+    assert not_a_knob(_finding("vocab_size", 514, (0, 1)), step) is None  # type: ignore[arg-type]
+    assert not_a_knob(_finding("window_size", 14, (0, 1)), step) is not None  # type: ignore[arg-type]
+    assert not_a_knob(_finding("batch", 14, (0, 1), key=None), step) is None  # type: ignore[arg-type]
+    inference = {0: SimpleNamespace(phase="forward")}
+    assert not_a_knob(_finding("vocab_size", 514, (0,), key=None), inference) is None  # type: ignore[arg-type]
+    assert not_a_knob(_finding("size", 65, (0,), key=None), inference) is not None  # type: ignore[arg-type]

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from shapelint.locate.config_keys import NOT_CONFIG_KEYS, is_library
 from shapelint.model.records import Finding, Gemm
 from shapelint.price.grouping import module_glob
 
@@ -46,17 +47,26 @@ IMPLEMENTATIONS = (("sdpa", "_supports_sdpa"), ("flash_attention_2", "_supports_
 DISPATCHES = ("ALL_ATTENTION_FUNCTIONS", "_attn_implementation", "attention_interface")
 
 
+def _sequence_like(f: Finding) -> bool:
+    """The suggestion's name, or the layer parameter it stood for, is a sequence's or a window's."""
+    names = (f.suggestion.parameter if f.suggestion else "", f.location.code_parameter if f.location else "")
+    return any(n and SEQUENCE_LIKE.search(n) for n in names)
+
+
 def not_a_knob(f: Finding, gemms: dict[int, Gemm]) -> str | None:
-    """Why ``f``'s suggestion is no knob the user owns (None: it is one)."""
+    """Why ``f``'s suggestion is no knob the user owns (None: it is one): a size named as
+    a sequence or a window, or one no config key gives (MPNet's 514 is the sequence
+    length, equal to its position table's size), of GEMMs with no weight in a training
+    step (a weight's dimension is a layer size, whatever its name)."""
     s = f.suggestion
-    if s is None or not isinstance(s.from_, int):
-        return None
-    names = {s.parameter, f.location.code_parameter if f.location is not None else None}
-    if not any(n and SEQUENCE_LIKE.search(n) for n in names):
-        return None
+    if s is None or not isinstance(s.from_, int) or s.parameter in NOT_CONFIG_KEYS:
+        return None  # a run setting (batch, memory format) or a kernel choice is the user's
+    named = _sequence_like(f)
+    unexplained = f.location is not None and f.location.key is None
     covered = [gemms[i] for i in f.gemms if i in gemms]
-    if any(g.phase == "grad_weight" for g in covered):
-        return None  # a weight's dimension: a layer size, whatever its name
+    training = any(g.phase != "forward" for g in gemms.values())
+    if not (named or (unexplained and training)) or any(g.phase == "grad_weight" for g in covered):
+        return None
     return (f"{s.from_} is a sequence, window or position-table size of GEMMs between activations (no weight): "
             f"it is the data's or the architecture's, not a layer size to pad")
 
@@ -84,6 +94,21 @@ def _dispatches(module: torch.nn.Module) -> bool:
     return any(word in source for word in DISPATCHES)
 
 
+def _installed(module: torch.nn.Module | None) -> str:
+    """For attention in installed code that is no Hugging Face model's (perceiver-pytorch):
+    no argument reaches it. The user's own code: nothing to add (the suggestion says it)."""
+    try:
+        file = inspect.getsourcefile(type(module)) if module is not None else None
+    except TypeError:
+        file = None
+    if file is None or not is_library(file):
+        return ""
+    package = type(module).__module__.split(".", 1)[0]
+    return (f"{type(module).__name__} is {package}'s code (installed): no argument changes how it computes "
+            f"attention; a fused kernel needs its forward rewritten with F.scaled_dot_product_attention, or "
+            f"an attention module that calls it")
+
+
 def attention_advice(f: Finding, model: torch.nn.Module) -> str:
     """What the user can do about ``f``'s hand-written attention in ``model``."""
     try:
@@ -94,7 +119,7 @@ def attention_advice(f: Finding, model: torch.nn.Module) -> str:
         return ""  # the rule names need_weights=False
     hf = _library_model(model)
     if hf is None or module is None or hf is module:
-        return ""  # the user's own code: the suggestion says it (F.scaled_dot_product_attention)
+        return _installed(module)
     cls = type(hf).__name__
     supported = [impl for impl, flag in IMPLEMENTATIONS if getattr(type(hf), flag, False)]
     if _dispatches(module) and supported:
