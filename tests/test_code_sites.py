@@ -115,3 +115,22 @@ def test_a_layer_held_by_an_attribute_is_at_its_constructor(tmp_path: Path,
     (f,) = [f for f in lint_json(path, capsys) if f["code"] == "SL101"]
     assert f["source"] == {"file": str(path), "line": 8}  # ``self.head = ...`` registers it where it is built
     assert f["suggestion"] == {"parameter": "out_features", "from": 1023, "to": 1024}
+
+
+def test_a_library_size_no_literal_gives_says_what_to_do(tmp_path: Path) -> None:
+    """perceiver-pytorch's ``in_features`` 29 is computed from ``num_freq_bands=6``: no
+    keyword of the user's file holds it, so the finding stays at the library line and says so."""
+    from shapelint.locate.code_sites import at_keyword
+    from shapelint.model.locations import Source
+    from shapelint.model.records import Finding, Suggestion
+
+    f = Finding("SL101", "misaligned-leading-dim", "error", "fc", "msg", (0,), 1.0, 0.5,
+                suggestion=Suggestion("in_features", 29, 32),
+                source=Source("/venv/lib/python3.11/site-packages/perceiver_pytorch/perceiver_pytorch.py", 113))
+    found = keywords(ast.parse("m = Perceiver(input_channels=3, input_axis=2, num_freq_bands=6)"))
+    out = at_keyword(f, found, str(tmp_path / "model.py"))
+    assert out.source == f.source and out.location is None
+    assert out.message.endswith("in_features = 29 is set in installed code, and no literal of model.py gives it "
+                                "(a library default, or computed from what it passes): pass the size, or change "
+                                "the arguments it comes from (--fix cannot)")
+    assert at_keyword(f, keywords(ast.parse("m = Net(in_features=29)")), "model.py").source == Source("model.py", 1, 9)

@@ -86,9 +86,10 @@ def at_keyword(f: Finding, found: Sequence[Keyword], file: str, tp: int = 1) -> 
             keys[k.name], where[k.name] = (k.value, k.line), k
     exp = explain(s.from_, s.parameter, f.code, f.module, keys, tp)
     if exp is None:
-        return replace(f, message=f"{f.message}; {s.parameter} = {s.from_} is computed in installed code from "
-                                  f"what {Path(file).name} passes, and no literal there gives it: change the "
-                                  f"arguments it comes from (--fix cannot)")
+        return replace(f, message=f"{f.message}; {s.parameter} = {s.from_} is set in installed code, and no "
+                                  f"literal of {Path(file).name} gives it (a library default, or computed from "
+                                  f"what it passes): pass the size, or change the arguments it comes from "
+                                  f"(--fix cannot)")
     moved = at_key(f, exp, keys, file, tp, f.source)
     k = where[exp.keys[0]]
     return replace(moved, source=Source(file, k.line, k.column))
