@@ -134,3 +134,11 @@ def test_a_library_size_no_literal_gives_says_what_to_do(tmp_path: Path) -> None
                                 "(a library default, or computed from what it passes): pass the size, or change "
                                 "the arguments it comes from (--fix cannot)")
     assert at_keyword(f, keywords(ast.parse("m = Net(in_features=29)")), "model.py").source == Source("model.py", 1, 9)
+
+
+def test_a_constant_name_counts_as_its_literal() -> None:
+    text = WRAPPED.replace("import torch\n", "import torch\nVOCAB = 50257\n").replace("768, 50257", "768, VOCAB")
+    tree = ast.parse(text)
+    assert constructor_of(tree, 9, 50257) == (8, 12)  # head = nn.Linear(768, VOCAB)
+    rebound = ast.parse(text + "VOCAB = 4\n")  # bound twice: no longer one literal
+    assert constructor_of(rebound, 9, 50257) is None

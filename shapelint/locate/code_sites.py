@@ -101,9 +101,23 @@ def _calls_on(tree: ast.AST, line: int) -> list[ast.Call]:
     return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)]
 
 
-def _literals(call: ast.Call) -> Iterator[int]:
+def _constants(tree: ast.AST) -> dict[str, int]:
+    """Names bound exactly once in the file, to an integer literal (``VOCAB = 50257``)."""
+    bound: dict[str, list[int | None]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    bound.setdefault(t.id, []).append(_int(node.value))
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)) and isinstance(node.target, ast.Name):
+            bound.setdefault(node.target.id, []).append(None)
+    return {name: vs[0] for name, vs in bound.items() if len(vs) == 1 and vs[0] is not None}
+
+
+def _literals(call: ast.Call, constants: dict[str, int] | None = None) -> Iterator[int]:
+    """The integers a call passes: literals, and names bound once to one (``constants``)."""
     for a in [*call.args, *(kw.value for kw in call.keywords)]:
-        value = _int(a)
+        value = _int(a) if not isinstance(a, ast.Name) else (constants or {}).get(a.id)
         if value is not None:
             yield value
 
@@ -124,14 +138,15 @@ def constructor_of(tree: ast.AST, line: int, value: int) -> tuple[int, int] | No
     (line, 1-based column) of the call assigned to a name passed on ``line``; None when
     a call on ``line`` takes ``value`` itself, or nothing can be followed."""
     calls = _calls_on(tree, line)
-    if any(value in _literals(c) for c in calls):
+    constants = _constants(tree)
+    if any(value in _literals(c, constants) for c in calls):
         return None
     names = {ast.unparse(a) for c in calls for a in [*c.args, *(kw.value for kw in c.keywords)]
              if isinstance(a, (ast.Name, ast.Attribute))}
     candidates = []
     for node in ast.walk(_scope_of(tree, line)):
         if isinstance(node, ast.Assign) and node.lineno < line and isinstance(node.value, ast.Call) \
-                and any(ast.unparse(t) in names for t in node.targets) and value in _literals(node.value):
+                and any(ast.unparse(t) in names for t in node.targets) and value in _literals(node.value, constants):
             candidates.append((node.value.lineno, node.value.col_offset + 1))
     return max(candidates) if candidates else None
 
