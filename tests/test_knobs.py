@@ -10,9 +10,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from _cli_helpers import run
 
-from shapelint.locate.knobs import SEQUENCE_LIKE, not_a_knob
+from shapelint.locate.knobs import SEQUENCE_LIKE, _fused_switch, not_a_knob
 from shapelint.model.locations import ConfigLocation
 from shapelint.model.records import Finding, Suggestion
 
@@ -115,3 +116,17 @@ def test_a_size_of_gemms_without_a_weight_that_no_key_gives_is_no_knob() -> None
     inference = {0: SimpleNamespace(phase="forward")}
     assert not_a_knob(_finding("vocab_size", 514, (0,), key=None), inference) is None  # type: ignore[arg-type]
     assert not_a_knob(_finding("size", 65, (0,), key=None), inference) is not None  # type: ignore[arg-type]
+
+
+class _Attend(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.flash = False
+
+
+def test_a_fused_switch_that_is_off_is_named() -> None:
+    """x-transformers' ``Attend.flash`` (``attn_flash=True``) selects F.scaled_dot_product_attention."""
+    outer = torch.nn.Sequential(torch.nn.Linear(4, 4), _Attend())
+    assert _fused_switch(outer) == "_Attend.flash"
+    outer[1].flash = True
+    assert _fused_switch(outer) is None

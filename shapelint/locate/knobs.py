@@ -94,16 +94,35 @@ def _dispatches(module: torch.nn.Module) -> bool:
     return any(word in source for word in DISPATCHES)
 
 
+#: boolean attributes of an attention module that select a fused kernel (x-transformers' ``Attend.flash``)
+FUSED_SWITCH = re.compile(r"^(use_)?(flash|sdpa|fused|flash_attn|memory_efficient)$")
+
+
+def _fused_switch(module: torch.nn.Module) -> str | None:
+    """``Class.attr`` of a switch to a fused kernel that is off, in ``module`` or below it."""
+    for m in module.modules():
+        for name, value in vars(m).items():
+            if value is False and FUSED_SWITCH.match(name):
+                return f"{type(m).__name__}.{name}"
+    return None
+
+
 def _installed(module: torch.nn.Module | None) -> str:
     """For attention in installed code that is no Hugging Face model's (perceiver-pytorch):
     no argument reaches it. The user's own code: nothing to add (the suggestion says it)."""
+    if module is None:
+        return ""
     try:
-        file = inspect.getsourcefile(type(module)) if module is not None else None
+        file = inspect.getsourcefile(type(module))
     except TypeError:
         file = None
     if file is None or not is_library(file):
         return ""
     package = type(module).__module__.split(".", 1)[0]
+    switch = _fused_switch(module)
+    if switch is not None:
+        return (f"{switch} is False: {package} has a fused attention path behind it; turn it on where the model "
+                f"is built (x-transformers: attn_flash=True)")
     return (f"{type(module).__name__} is {package}'s code (installed): no argument changes how it computes "
             f"attention; a fused kernel needs its forward rewritten with F.scaled_dot_product_attention, or "
             f"an attention module that calls it")
