@@ -70,8 +70,9 @@ _MIB = 1 << 20
 class ManualAttention(nn.Module):
     """Self-attention as the BAD/GOOD examples write it (``fused`` picks SDPA)."""
 
-    def __init__(self, dim: int, heads: int, fused: bool = False) -> None:
+    def __init__(self, dim: int, heads: int, fused: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
+        self.drop = nn.Dropout(dropout)  # on the probabilities (vit-pytorch, SpeechT5)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         self.heads = heads
@@ -81,12 +82,12 @@ class ManualAttention(nn.Module):
         b, t, c = x.shape
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in self.qkv(x).split(c, dim=2))
         if self.fused:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.drop.p if self.training else 0.0)
         else:
             att = (q @ k.transpose(-2, -1)) * (k.size(-1) ** -0.5)
             mask = torch.ones(t, t, dtype=torch.bool).tril()
             att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-            y = att @ v
+            y = self.drop(att) @ v
         return self.proj(y.transpose(1, 2).reshape(b, t, c))
 
 
@@ -98,6 +99,7 @@ BAD = [
             "(torch.randn(4, 1024, 512), torch.randn(4, 1024, 512), torch.randn(4, 1024, 512))",
             expect=_FIX, min_speedup=2.0),
     Example("_rule.ManualAttention(768, 12)", "torch.randn(8, 1024, 768)", expect=_FIX, min_speedup=2.0),
+    Example("_rule.ManualAttention(768, 12, dropout=0.1)", "torch.randn(8, 1024, 768)", expect=_FIX, min_speedup=2.0),
     Example("_rule.ManualAttention(1024, 16)", "torch.randn(2, 2048, 1024)", dtype="fp16",
             training=False, expect=_FIX, min_speedup=2.0),
 ]
