@@ -94,8 +94,9 @@ def _dispatches(module: torch.nn.Module) -> bool:
     return any(word in source for word in DISPATCHES)
 
 
-#: boolean attributes of an attention module that select a fused kernel (x-transformers' ``Attend.flash``)
-FUSED_SWITCH = re.compile(r"^(use_)?(flash|sdpa|fused|flash_attn|memory_efficient)$")
+#: boolean attributes of an attention module that select a fused kernel (x-transformers'
+#: ``Attend.flash``, timm's ``fused_attn``)
+FUSED_SWITCH = re.compile(r"^(use_)?(flash|sdpa|fused|flash_attn|fused_attn|memory_efficient)$")
 
 
 def _fused_switch(module: torch.nn.Module) -> str | None:
@@ -121,8 +122,9 @@ def _installed(module: torch.nn.Module | None) -> str:
     package = type(module).__module__.split(".", 1)[0]
     switch = _fused_switch(module)
     if switch is not None:
-        return (f"{switch} is False: {package} has a fused attention path behind it; turn it on where the model "
-                f"is built (x-transformers: attn_flash=True)")
+        return (f"{switch} is False: {package} has a fused attention path behind it; turn it on before the model "
+                f"is built (x-transformers: attn_flash=True; timm: timm.layers.set_fused_attn(True, "
+                f"experimental=True) or TIMM_FUSED_ATTN=2)")
     return (f"{type(module).__name__} is {package}'s code (installed): no argument changes how it computes "
             f"attention; a fused kernel needs its forward rewritten with F.scaled_dot_product_attention, or "
             f"an attention module that calls it")
