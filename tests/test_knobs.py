@@ -51,7 +51,7 @@ def findings(path: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str, o
 def test_names_of_sequences_and_windows() -> None:
     assert all(SEQUENCE_LIKE.search(n) for n in ("size", "window_size", "window_area", "seq_len", "num_patches",
                                                   "max_position_embeddings", "num_buckets"))
-    assert not any(SEQUENCE_LIKE.search(n) for n in ("in_features", "out_features", "hidden_size", "vocab_size",
+    assert not any(SEQUENCE_LIKE.search(n) for n in ("in_features", "out_features", "hidden_size", "num_tokens",
                                                       "head_dim", "out_channels", "intermediate_size"))
 
 

@@ -8,7 +8,9 @@ model, which rules do not see. This stage, after a finding is located, decides:
   windows, Swin's ``window_area`` 49), a relative-position table (WavLM's 1023). No
   weight is in those GEMMs (no ``grad_weight`` phase), and the size is the data's or a
   pretrained architecture's constant: changing it changes what the model computes, not
-  only its speed. Not reported (:func:`not_a_knob` says why, for the tests and the docs).
+  only its speed. Not reported (:func:`not_a_knob` says why, for the tests and the docs);
+  nor is a size of such GEMMs that no config key gives (MPNet's 514, its sequence length,
+  equal to its position table's size, read as a vocabulary).
 - **attention written by hand** (SL302): the knob depends on where the attention lives.
   In a Hugging Face model, ``attn_implementation`` is one only when the model class
   supports another implementation (``_supports_sdpa``, ``_supports_flash_attn``,
@@ -37,7 +39,7 @@ from shapelint.model.records import Finding, Gemm
 from shapelint.price.grouping import module_glob
 
 #: names of sizes that are a sequence, a window or a position table, not a layer width
-SEQUENCE_LIKE = re.compile(r"^size$|window|seq|position|patch(es)?$|tokens|length|area|bucket|distance")
+SEQUENCE_LIKE = re.compile(r"^size$|window|seq|position|patch(es)?$|length|area|bucket|distance")
 
 #: attention implementations of transformers, and the class flag that says a model takes each
 IMPLEMENTATIONS = (("sdpa", "_supports_sdpa"), ("flash_attention_2", "_supports_flash_attn"),
