@@ -131,8 +131,8 @@ def test_a_library_size_no_literal_gives_says_what_to_do(tmp_path: Path) -> None
     out = at_keyword(f, found, str(tmp_path / "model.py"))
     assert out.source == f.source and out.location is None
     assert out.message.endswith("in_features = 29 is set in installed code, and no literal of model.py gives it "
-                                "(a library default, or computed from what it passes): pass the size, or change "
-                                "the arguments it comes from (--fix cannot)")
+                                "(a library default, or computed from what it passes): change the arguments it "
+                                "comes from, and where none reaches it the change is the library's (--fix cannot)")
     assert at_keyword(f, keywords(ast.parse("m = Net(in_features=29)")), "model.py").source == Source("model.py", 1, 9)
 
 

@@ -88,8 +88,8 @@ def at_keyword(f: Finding, found: Sequence[Keyword], file: str, tp: int = 1) -> 
     if exp is None:
         return replace(f, message=f"{f.message}; {s.parameter} = {s.from_} is set in installed code, and no "
                                   f"literal of {Path(file).name} gives it (a library default, or computed from "
-                                  f"what it passes): pass the size, or change the arguments it comes from "
-                                  f"(--fix cannot)")
+                                  f"what it passes): change the arguments it comes from, and where none reaches "
+                                  f"it the change is the library's (--fix cannot)")
     moved = at_key(f, exp, keys, file, tp, f.source)
     k = where[exp.keys[0]]
     return replace(moved, source=Source(file, k.line, k.column))
