@@ -142,3 +142,52 @@ def test_a_constant_name_counts_as_its_literal() -> None:
     assert constructor_of(tree, 9, 50257) == (8, 12)  # head = nn.Linear(768, VOCAB)
     rebound = ast.parse(text + "VOCAB = 4\n")  # bound twice: no longer one literal
     assert constructor_of(rebound, 9, 50257) is None
+
+
+INSTALLED = '''\
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, width=1023):
+        super().__init__()
+        self.fc = nn.Linear(768, width)
+
+    def forward(self, x):
+        return self.fc(x)
+'''
+
+USES_INSTALLED = '''\
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "site-packages"))
+import shapelint_test_installed_pkg as pkg  # noqa: E402
+import torch  # noqa: E402
+
+
+def shapelint_model():
+    return pkg.Net(), torch.randn(4096, 768)
+'''
+
+
+def test_a_size_of_installed_code_is_shown_at_the_call_that_builds_it(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A layer an installed package builds with its own default (no literal of the user's
+    file gives 1023): the finding is at the user's call of that package (where a
+    suppression comment goes), with the installed line kept as context."""
+    package = tmp_path / "site-packages" / "shapelint_test_installed_pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(INSTALLED)
+    path = tmp_path / "model.py"
+    path.write_text(USES_INSTALLED)
+    (f,) = lint_json(path, capsys)
+    assert f["source"] == {"file": str(path), "line": 10, "column": 12}
+    assert USES_INSTALLED.splitlines()[9][11:].startswith("pkg.Net()")
+    assert f["suggestion"] == {"parameter": "out_features", "from": 1023, "to": 1024}
+    lib = f["details"]["library_source"]
+    assert lib == {"file": str(package / "__init__.py"), "line": 7}
+    assert "no literal of model.py gives it" in f["message"]
+    path.write_text(USES_INSTALLED.replace("(4096, 768)\n", "(4096, 768)  # shapelint: ignore[SL101]\n"))
+    rc, out, err = run([path, "--no-cache", "--format", "json"], capsys)
+    assert rc == 0 and json.loads(out)["findings"] == [], err

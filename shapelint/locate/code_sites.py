@@ -17,8 +17,14 @@ Two cases where the line shapelint recorded is not that line:
   to its assignment from a call that does (the constructor), and the finding moves
   there.
 
-Only the target file is read, and only its literals count: a size computed elsewhere
-stays where it was recorded, and ``--fix`` says why it cannot edit it.
+- **A size of installed code that no literal of the user's file gives** (perceiver-pytorch's
+  ``in_features`` 29, computed from ``num_freq_bands``; a hand-written attention in an
+  installed package): the finding says so, and is shown at the user's first call of a
+  name imported from that package (``Perceiver(...)``, where a suppression comment
+  goes), the installed line kept as context.
+
+Only the target file is read, and only its literals count: ``--fix`` edits a literal the
+finding points at, and says why where there is none.
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shapelint.locate.config_keys import NOT_CONFIG_KEYS, at_key, explain, is_library
-from shapelint.model.locations import Source
-from shapelint.model.records import Finding
+from shapelint.model.locations import ConfigLocation, Source
+from shapelint.model.records import Finding, Gemm
 
 
 @dataclass(frozen=True)
@@ -151,7 +157,63 @@ def constructor_of(tree: ast.AST, line: int, value: int) -> tuple[int, int] | No
     return max(candidates) if candidates else None
 
 
-def locate_in_code(findings: Sequence[Finding], target: str, *, tp: int = 1) -> list[Finding]:
+def package_of(file: str) -> str | None:
+    """The top-level package an installed file belongs to (``.../site-packages/timm/x.py`` → ``timm``)."""
+    parts = Path(file).parts
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts[:-1]:
+            return Path(parts[parts.index(marker) + 1]).stem
+    return None
+
+
+def imported_from(tree: ast.AST) -> dict[str, str]:
+    """The names the file binds by importing, and the top-level package of each."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                names[a.asname or a.name.split(".")[0]] = a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                names[a.asname or a.name] = node.module.split(".")[0]
+    return names
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def library_call(tree: ast.AST, packages: Sequence[str]) -> tuple[int, int] | None:
+    """(line, 1-based column) of the file's first call of a name imported from one of
+    ``packages``: where the user builds the installed model a finding was recorded in."""
+    names = {n for n, pkg in imported_from(tree).items() if pkg in packages}
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _root(n.func) in names]
+    return min(((c.lineno, c.col_offset + 1) for c in calls), default=None)
+
+
+def at_library_call(f: Finding, tree: ast.AST, target: str, gemms: dict[int, Gemm]) -> Finding:
+    """``f``, recorded in installed code no literal of ``target`` explains, at the call of
+    ``target`` that builds that package's model (suppression comments go there), with the
+    installed line kept as context (``details.library_source``)."""
+    if f.source is None:
+        return f
+    sources = [f.source, *(g.defined_at for i in f.gemms if (g := gemms.get(i)) and g.defined_at)]
+    imported = set(imported_from(tree).values())
+    # the line of the package the user imports: einops ran perceiver-pytorch's matmul, perceiver built the layer
+    lib = next((src for src in sources if package_of(src.file) in imported), None)
+    site = library_call(tree, [p for p in map(package_of, (src.file for src in sources)) if p is not None])
+    if site is None or lib is None:
+        return f
+    s = f.suggestion
+    parameter = s.parameter if s is not None and isinstance(s.from_, int) else None
+    where = ConfigLocation(None, code_parameter=parameter, library_source=lib)
+    return replace(f, source=Source(target, *site), location=where)
+
+
+def locate_in_code(findings: Sequence[Finding], target: str, *, tp: int = 1,
+                   gemms: Sequence[Gemm] = ()) -> list[Finding]:
     """The findings of the Python target ``target``, each at the line of ``target`` that
     set its size where shapelint can tell (see the module's docstring)."""
     tree = _parse(target)
@@ -159,19 +221,22 @@ def locate_in_code(findings: Sequence[Finding], target: str, *, tp: int = 1) -> 
         return list(findings)
     found = keywords(tree)
     real = Path(target).resolve()
+    by_index = {g.index: g for g in gemms}
     out = []
     for f in findings:
         s = f.suggestion
-        if f.source is None or s is None or not isinstance(s.from_, int):
+        sized = s is not None and isinstance(s.from_, int)
+        if f.source is None or s is None:
             out.append(f)
         elif is_library(f.source.file):
-            out.append(at_keyword(f, found, target, tp))
-        elif Path(f.source.file).resolve() == real:
-            site = constructor_of(tree, f.source.line, s.from_)
+            keyed = at_keyword(f, found, target, tp) if sized else f
+            out.append(keyed if keyed.location is not None else at_library_call(keyed, tree, target, by_index))
+        elif sized and Path(f.source.file).resolve() == real:
+            site = constructor_of(tree, f.source.line, int(s.from_))
             out.append(f if site is None else replace(f, source=Source(f.source.file, *site)))
         else:
             out.append(f)
     return out
 
 
-__all__ = ["Keyword", "at_keyword", "constructor_of", "keywords", "locate_in_code"]
+__all__ = ["Keyword", "at_keyword", "constructor_of", "keywords", "library_call", "locate_in_code", "package_of"]

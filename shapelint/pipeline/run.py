@@ -131,7 +131,7 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
     if loaded.config_file:
         findings = locate_all(findings, loaded.config_keys, loaded.config_file, tp=tp)
     elif loaded.kind == "python":
-        findings = locate_in_code(findings, str(path), tp=tp)
+        findings = locate_in_code(findings, str(path), tp=tp, gemms=cap.gemms)
     findings = advise(findings, loaded.model, cap.gemms)
     step = step_estimate(cap.gemms, findings, hw)
     return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file,
