@@ -9,15 +9,14 @@ the GEMM waits on memory. For a Linear with an ``in x out`` weight and ``T``
 tokens, ``intensity(T) = 2·T·in·out / (bytes·(T·in + in·out + T·out))``: the
 rule solves for the smallest token count (the GEMM dimension that is not a
 module parameter: ``m`` of a Linear's forward) that reaches the ridge, and
-suggests it. The finding covers the module's GEMMs of every phase that share
-that token dimension. Layers too narrow to become compute-bound at any token
-count are not proposed; the reporting policy drops negligible shares of the step.
+suggests it. Only a weight's GEMMs count (two activations, as in a chunked scan,
+have no token count); a layer that sees fewer tokens than the step (an output layer
+on the last position only) is told why. The finding covers the module's GEMMs of
+every phase that share that token dimension. Layers too narrow to become compute-bound
+at any token count are not proposed.
 
-The estimated speedup is a throughput gain, not a shorter step: time per token
-at the current token count over time per token at the suggested one (the step
-gets longer, but each token costs less). ``est_ms_after`` is the time the
-current tokens would take at the larger batch's per-token rate, and the finding's
-details say ``"est_speedup_kind": "throughput"``.
+The estimated speedup is a throughput gain (``"est_speedup_kind": "throughput"``),
+not a shorter step: time per token now over time per token at the suggested count.
 
 ## Why is this bad?
 A memory-bound GEMM spends its time reading the weights, whatever the batch.
@@ -47,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from shapelint.check.rule_api import Example, RuleContext, by_module
+from shapelint.check.rule_api import Example, RuleContext, by_module, few_tokens_note
 from shapelint.hardware import Hardware
 from shapelint.model.records import ATTN_ROLES, Change, Gemm, Proposal, Severity, Suggestion
 from shapelint.physics.reshape import resize
@@ -93,23 +92,23 @@ def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> It
     for _module, own in by_module(g for g in gemms if g.role not in SKIP_ROLES).items():
         needed: dict[int, int] = {}  # tokens now -> tokens needed
         for g in own:
-            if g.phase != "forward":
-                continue
-            tokens = _tokens(g)
-            if compute_bound(g, hardware) or tokens is None:
+            tokens = _tokens(g) if g.phase == "forward" else None
+            if tokens is None or compute_bound(g, hardware):
                 continue
             to = _tokens_needed(g, tokens, ridge(g, hardware))
             if to is not None:
                 needed[tokens] = max(to, needed.get(tokens, 0))
         for tokens, to in needed.items():
             covered = tuple(h for h in own if tokens in (h.m, h.n, h.k))
-            yield _proposal(covered, tokens, to, hardware)
+            yield _proposal(covered, tokens, to, hardware, few_tokens_note(tokens, context.tokens))
 
 
 def _tokens(g: Gemm) -> int | None:
-    """The forward GEMM's token dimension: the first of m, n, k that is not a
-    constructor parameter of the module (``m`` of a Linear)."""
-    return next((v for v in (g.m, g.n, g.k) if g.param(v) is None), None)
+    """The forward GEMM's token dimension: the one of m, n, k that is not a constructor
+    parameter (``m`` of a Linear) where the two others are (the weight); None for two
+    activations (Mamba2's chunked scan: its 5 is the chunk count, not tokens)."""
+    free = [v for v in (g.m, g.n, g.k) if g.param(v) is None]
+    return free[0] if len(free) == 1 else None
 
 
 def intensity_at(g: Gemm, tokens: int, to: int) -> float:
@@ -135,14 +134,14 @@ def _tokens_needed(g: Gemm, tokens: int, target: float) -> int | None:
 def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
-def _proposal(covered: tuple[Gemm, ...], tokens: int, to: int, hw: Hardware) -> Proposal:
+def _proposal(covered: tuple[Gemm, ...], tokens: int, to: int, hw: Hardware, why: str = "") -> Proposal:
     g = next(h for h in covered if h.phase == "forward")
     ops_per_byte = ridge(g, hw)
     after = tuple(resize(h, tokens, to) for h in covered)
     change = Change(Suggestion("batch", tokens, to), after, (
         f"memory-bound at {_count(tokens, 'token')} per step: arithmetic intensity {g.intensity:.0f} FLOP/B "
         f"< {ops_per_byte:.0f}, the GPU's {g.dtype} ops:byte ({_count(len(covered), 'GEMM')}); "
-        f"{to} tokens per step (batch x sequence) make it compute-bound"),
+        f"{to} tokens per step (batch x sequence) make it compute-bound{why}"),
         (("intensity", g.intensity), ("ops_per_byte", ops_per_byte),
          ("intensity_after", after[covered.index(g)].intensity), ("tokens", tokens), ("tokens_needed", to)),
     )

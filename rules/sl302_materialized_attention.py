@@ -35,6 +35,7 @@ y = att.softmax(dim=-1) @ v
 ```python
 y = F.scaled_dot_product_attention(q, k, v)  # add is_causal=True / attn_mask as needed
 # nn.MultiheadAttention: call it with need_weights=False
+# Hugging Face: the attn_implementation the model class supports (the finding names it)
 ```
 """
 
@@ -69,8 +70,9 @@ _MIB = 1 << 20
 class ManualAttention(nn.Module):
     """Self-attention as the BAD/GOOD examples write it (``fused`` picks SDPA)."""
 
-    def __init__(self, dim: int, heads: int, fused: bool = False) -> None:
+    def __init__(self, dim: int, heads: int, fused: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
+        self.drop = nn.Dropout(dropout)  # on the probabilities (vit-pytorch, SpeechT5)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         self.heads = heads
@@ -80,12 +82,12 @@ class ManualAttention(nn.Module):
         b, t, c = x.shape
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in self.qkv(x).split(c, dim=2))
         if self.fused:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.drop.p if self.training else 0.0)
         else:
             att = (q @ k.transpose(-2, -1)) * (k.size(-1) ** -0.5)
             mask = torch.ones(t, t, dtype=torch.bool).tril()
             att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-            y = att @ v
+            y = self.drop(att) @ v
         return self.proj(y.transpose(1, 2).reshape(b, t, c))
 
 
@@ -97,6 +99,7 @@ BAD = [
             "(torch.randn(4, 1024, 512), torch.randn(4, 1024, 512), torch.randn(4, 1024, 512))",
             expect=_FIX, min_speedup=2.0),
     Example("_rule.ManualAttention(768, 12)", "torch.randn(8, 1024, 768)", expect=_FIX, min_speedup=2.0),
+    Example("_rule.ManualAttention(768, 12, dropout=0.1)", "torch.randn(8, 1024, 768)", expect=_FIX, min_speedup=2.0),
     Example("_rule.ManualAttention(1024, 16)", "torch.randn(2, 2048, 1024)", dtype="fp16",
             training=False, expect=_FIX, min_speedup=2.0),
 ]
@@ -130,8 +133,9 @@ def _proposal(atts: list[HandWritten]) -> Proposal:
         tuple(g for att in atts for g in att.fused()),
         f"attention written as matmul → softmax → matmul materialises the {first.tq}x{first.tk} "
         f"score matrix ({first.pv.batch} batch·heads, {score_bytes / _MIB:.0f} MiB, about {passes} passes "
-        f"through memory per step); F.scaled_dot_product_attention keeps it on chip (nn.MultiheadAttention: "
-        f"need_weights=False; Hugging Face: attn_implementation=\"sdpa\")",
+        f"through memory per step); F.scaled_dot_product_attention keeps it on chip"
+        + ("; call nn.MultiheadAttention with need_weights=False" if first.qk.module_type == "MultiheadAttention"
+           else ""),
         (("seq_q", first.tq), ("seq_k", first.tk), ("head_dim", first.qk.k), ("score_bytes", score_bytes),
          ("score_passes", passes), ("traffic_bytes", score_bytes * passes), ("softmax_bytes", softmax_bytes)),
         # the fused backward computes QKᵀ again

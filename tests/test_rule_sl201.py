@@ -102,3 +102,48 @@ def test_matches_the_measured_h200_batch_sweep() -> None:
     assert round(f.fact("ops_per_byte")) == 206
     assert abs(f.est_ms - 0.0184) < 0.002  # reading 32 MB of weights
     assert abs(f.est_speedup - 0.0184 * 256 / 0.0228) / f.est_speedup < 0.05
+
+
+class LastTokenHead(nn.Module):
+    """nanoGPT's ``GPT.forward`` without targets: the output layer on the last position only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(1024, 1024)
+        self.lm_head = nn.Linear(1024, 50304, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.body(x)[:, [-1], :])
+
+
+def test_a_head_on_the_last_position_says_why_it_sees_few_tokens() -> None:
+    _, fs = run(lambda: (LastTokenHead(), torch.randn(12, 1024, 1024)))
+    (f,) = fs
+    assert f.module == "lm_head" and f.suggestion.from_ == 12
+    assert "sees 12 of the step's 12288 tokens (1 in 1024" in f.message
+    assert "pass the targets (labels)" in f.message
+
+
+def test_every_token_through_a_narrow_batch_says_nothing_more() -> None:
+    _, fs = run(lambda: (nn.Linear(1024, 4096), torch.randn(1, 1024)), "v100", "fp16", training=False)
+    (f,) = fs
+    assert "sees" not in f.message
+
+
+class ChunkedScan(nn.Module):
+    """Mamba2's torch path: (chunk × chunk) products of two activations over the chunks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8192, 8192)
+
+    def forward(self, blocks: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(blocks, self.proj(x))
+
+
+def test_a_product_of_two_activations_has_no_token_count() -> None:
+    """``5 × 5`` blocks times ``5 × 8192`` activations: no weight, so 5 is no token count
+    (Mamba2 got "memory-bound at 5 tokens per step")."""
+    cap, fs = run(lambda: (ChunkedScan(), (torch.randn(192, 5, 5), torch.randn(192, 5, 8192))))
+    assert any(g.op == "bmm" and (g.m, g.n, g.k) == (5, 8192, 5) and g.phase == "forward" for g in cap.gemms)
+    assert [f for f in fs if f.suggestion.from_ == 5] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from _rules import run_rule
 from shapelint.rules import sl302_materialized_attention as sl302
@@ -92,3 +93,37 @@ def test_not_flagged() -> None:
     # a softmax feeding a Linear (mm, with a weight) is no attention
     assert run(lambda: (nn.Sequential(nn.Linear(512, 512), nn.Softmax(-1), nn.Linear(512, 512)),
                         torch.randn(8192, 512)))[1] == []
+
+
+class DroppedAttention(nn.Module):
+    """Hand-written attention with dropout on the probabilities (vit-pytorch, SpeechT5):
+    off CUDA, ``F.dropout`` is decomposed into ``bernoulli_``, ``div_`` and ``mul``."""
+
+    def __init__(self, dim: int = 512, heads: int = 8, p: float = 0.1) -> None:
+        super().__init__()
+        self.inner = sl302.ManualAttention(dim, heads)
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        h = self.inner.heads
+        q, k, v = (z.view(b, t, h, c // h).transpose(1, 2) for z in self.inner.qkv(x).split(c, dim=2))
+        y = self.drop(((q @ k.transpose(-2, -1)) * (c // h) ** -0.5).softmax(dim=-1)) @ v
+        return self.inner.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.0])
+def test_attention_dropout_keeps_the_probabilities(p: float) -> None:
+    _, fs = run(lambda: (DroppedAttention(p=p), torch.randn(8, 1024, 512)))
+    (f,) = fs
+    assert (f.fact("seq_q"), f.fact("seq_k"), f.fact("head_dim")) == (1024, 1024, 64)
+    assert len(f.gemms) == 6  # QKᵀ, PV and their four grad_input GEMMs, as without dropout
+
+
+def test_a_mask_times_anything_else_is_no_attention() -> None:
+    """Dropout on a Linear's output (no softmax before it) marks nothing."""
+    def build():
+        return nn.Sequential(nn.Linear(512, 512), nn.Dropout(0.1), nn.Linear(512, 512)), torch.randn(4096, 512)
+
+    _, fs = run(build)
+    assert fs == []

@@ -48,12 +48,13 @@ _VIEW_LIKE = frozenset(
     }
 )
 _SOFTMAX = frozenset({"_softmax", "softmax", "_safe_softmax"})
-#: ops whose output is their input with some elements zeroed: a softmax output
-#: through them is still the attention probabilities
+#: ops whose output is their input with some elements zeroed: a softmax output through them is
+#: still the attention probabilities (off CUDA dropout is ``bernoulli_`` masks applied by ``mul``)
 _DROPOUT = frozenset({"native_dropout", "dropout", "feature_dropout", "alpha_dropout"})
+_NOISE, _APPLY_NOISE = frozenset({"bernoulli", "bernoulli_"}), frozenset({"mul"})
 
 # what the recorder does with an op, decided once per op overload
-_IGNORED, _GEMM, _VIEW, _SOFTMAX_OP, _DROPOUT_OP, _OTHER = range(6)
+_IGNORED, _GEMM, _VIEW, _SOFTMAX_OP, _DROPOUT_OP, _OTHER, _NOISE_OP, _MUL_OP = range(8)
 
 
 #: op namespaces the recorder looks at: ATen's, and shapelint's attention ops
@@ -68,9 +69,8 @@ def _op_kind(func: Any) -> int:
         return _GEMM
     if name in _VIEW_LIKE:
         return _VIEW
-    if name in _DROPOUT:
-        return _DROPOUT_OP
-    return _SOFTMAX_OP if name in _SOFTMAX else _OTHER
+    kinds = ((_DROPOUT, _DROPOUT_OP), (_SOFTMAX, _SOFTMAX_OP), (_NOISE, _NOISE_OP), (_APPLY_NOISE, _MUL_OP))
+    return next((kind for names, kind in kinds if name in names), _OTHER)
 
 
 _Table = dict[int, weakref.ref[torch.Tensor]]
@@ -100,6 +100,7 @@ class Recorder:
         self._node_owner: dict[int, Owner] = {}
         self._param_like: _Table = {}
         self._softmaxed: _Table = {}
+        self._noise: _Table = {}  # dropout masks drawn off CUDA (bernoulli_)
         self._infos: dict[int, ModuleInfo] = {}
         self._kinds: dict[Any, int] = {}
         self._ops: list[OpRow] = []
@@ -232,6 +233,8 @@ class Recorder:
             return
         outs = out if isinstance(out, (tuple, list)) else (out,)
         tensors = [o for o in outs if isinstance(o, torch.Tensor)]
+        if kind in (_NOISE_OP, _MUL_OP):
+            return self._masks(kind, args, tensors)
         if kind == _SOFTMAX_OP:
             for o in tensors:
                 _mark(self._softmaxed, o)
@@ -243,6 +246,12 @@ class Recorder:
             # dropout returns (output, mask): only the output is the probabilities
             for o in tensors[:1] if kind == _DROPOUT_OP else tensors:
                 _mark(self._softmaxed, o)
+
+    def _masks(self, kind: int, args: tuple[Any, ...], tensors: list[torch.Tensor]) -> None:
+        """A dropout mask drawn (``bernoulli_``), or applied to the probabilities (``mul``)."""
+        masked = any(_has(self._noise, a) for a in args[:2]) and any(map(self.is_softmaxed, args[:2]))
+        for o in tensors if kind == _NOISE_OP or masked else ():
+            _mark(self._noise if kind == _NOISE_OP else self._softmaxed, o)
 
     def serial(self, t: torch.Tensor, base: torch.Tensor | None = None) -> int:
         """A tensor's serial number, given one if it has none: a view or in-place

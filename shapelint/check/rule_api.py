@@ -133,6 +133,16 @@ def by_module(gemms: Iterable[Gemm]) -> dict[str, list[Gemm]]:
     return out
 
 
+def few_tokens_note(tokens: int, step_tokens: int | None) -> str:
+    """Why a layer sees fewer tokens than the step, for SL201's message: an output layer
+    run on the last position only (nanoGPT's ``GPT.forward`` without targets)."""
+    if not step_tokens or tokens >= step_tokens or step_tokens % tokens:
+        return ""
+    return (f"; this layer sees {tokens} of the step's {step_tokens} tokens (1 in {step_tokens // tokens}: one "
+            f"position per sequence, as a language model called without targets runs its output layer on the "
+            f"last position only): in a training step, pass the targets (labels) so it runs on every token")
+
+
 def phases(gemms: Iterable[Gemm]) -> str:
     """``forward/grad_weight``: the phases of ``gemms``, for messages."""
     return "/".join(sorted({g.phase for g in gemms}))

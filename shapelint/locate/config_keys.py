@@ -241,7 +241,7 @@ def locate_in_config(f: Finding, config_keys: dict[str, tuple[int, int]], config
     if s is not None and isinstance(s.from_, int) and s.parameter not in NOT_CONFIG_KEYS:
         exp = explain(s.from_, s.parameter, f.code, f.module, config_keys, tp)
     if exp is not None:
-        return _at_key(f, exp, config_keys, config_file, tp, moved_from)
+        return at_key(f, exp, config_keys, config_file, tp, moved_from)
     if not library:
         return f
     location = ConfigLocation(None, note=no_key_note(s, Path(config_file).name), library_source=moved_from)
@@ -259,7 +259,7 @@ def no_key_note(s: Suggestion | None, name: str) -> str:
     return f"no key of {name} has the value {s.from_} or gives it as a product or quotient"
 
 
-def _at_key(f: Finding, exp: Explanation, config_keys: dict[str, tuple[int, int]], config_file: str, tp: int,
+def at_key(f: Finding, exp: Explanation, config_keys: dict[str, tuple[int, int]], config_file: str, tp: int,
             moved_from: Source | None) -> Finding:
     """``f`` at the key ``exp`` explains its size by; a key that holds the size itself
     becomes the suggestion's parameter (times ``tp`` where it holds the whole size)."""

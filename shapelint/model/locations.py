@@ -16,16 +16,19 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Source:
-    """A line of a file: where user code ran an op, built a layer, or sets a size."""
+    """A line of a file: where user code ran an op, built a layer, or sets a size;
+    ``column`` (1-based) where the size itself is known to start there (the keyword
+    ``vocab_size=50257`` of a call: ``shapelint.locate.code_sites``)."""
 
     file: str
     line: int
+    column: int | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"file": self.file, "line": self.line}
+        return {"file": self.file, "line": self.line, **({"column": self.column} if self.column else {})}
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}"
+        return f"{self.file}:{self.line}" + (f":{self.column}" if self.column else "")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,9 @@ from shapelint.load.hf_inputs import token_count
 from shapelint.load.loaded import Loaded
 from shapelint.load.run import load
 from shapelint.load.usercode import user_code
+from shapelint.locate.code_sites import locate_in_code
 from shapelint.locate.config_keys import locate_all
+from shapelint.locate.knobs import advise
 from shapelint.model.parallel import Layout
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Options, Result
@@ -144,6 +146,9 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
     findings = price(run_rules(rules, cap.gemms, hw, ctx), cap.gemms, hw, opts.policy, on=model)
     if loaded.config_file:
         findings = locate_all(findings, loaded.config_keys, loaded.config_file, tp=tp)
+    elif loaded.kind == "python":
+        findings = locate_in_code(findings, str(path), tp=tp, gemms=cap.gemms)
+    findings = advise(findings, loaded.model, cap.gemms)
     step = step_estimate(cap.gemms, findings, hw)
     return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file,
                   tp=tp, policy=opts.policy, step_model=model, step_time=model.before,
