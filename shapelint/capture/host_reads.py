@@ -44,7 +44,7 @@ from torch._subclasses.fake_tensor import (
     unset_fake_temporarily,
 )
 
-from shapelint.errors import ShapelintError
+from shapelint.errors import ShapelintError, cap_length
 from shapelint.files import PACKAGE_DIR, display_path
 from shapelint.model.trace_notes import HostRead
 
@@ -84,10 +84,11 @@ _NOT_SITES = tuple(os.path.normpath(p) + os.sep for p in (
     os.path.dirname(torch.__file__), str(PACKAGE_DIR), sysconfig.get_paths()["stdlib"]))
 _HELPER_DIRS = (os.sep + os.path.join("transformers", "utils") + os.sep,)
 
+#: how much of the source line an error quotes (the whole line stays under the error cap)
+_SOURCE_CAP = 100
+
 #: what a user can do about a read that decides what runs
-_ADVICE = ("shapelint traces on fake tensors, which have no values, and answers only validation checks "
-           "(.all(), .any(), a mask's nonzero); compute the value from sizes or the config, or pass it "
-           "to the model as a Python value")
+_ADVICE = "fake tensors have no values: compute it from sizes or the config, or pass it in as a Python value"
 
 #: the fake mode's own dispatch: ``call(func, types, args, kwargs)``
 Call = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
@@ -141,7 +142,7 @@ class HostReads:
         answer = self._answer(t)
         file, line, source = read_site()
         if answer is None or t.numel() != 1:
-            where = f"{file}:{line}: {source}" if source else "(no source line)"
+            where = f"{file}:{line}: {cap_length(source, _SOURCE_CAP)}" if source else f"{file}:{line}"
             raise HostReadError(f"a value read on the host decides what the step runs: {where} ({_ADVICE})")
         self._note(HostRead(file, line, source, str(answer)))
         if t.dtype == torch.bool:

@@ -97,7 +97,10 @@ def _token_ids(config: Any, batch: int, seq: int | None, decoder: bool = False) 
     image = None if decoder else image_tokens(config)
     if image is not None:
         token, count = image
-        ids[:, :min(count, tokens)] = token
+        if count > tokens:
+            raise ShapelintError(f"one image's {count} image tokens do not fit in a sequence of {tokens} tokens: "
+                                 f"give --seq more than {count}")
+        ids[:, :count] = token
     return ids
 
 
