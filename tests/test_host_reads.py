@@ -246,3 +246,28 @@ def test_constructors_that_read_values_build() -> None:
     cap, model = trace(lambda: (scope["Net"](), torch.randn(4, 16)))
     assert len(model.layers) == 2 + 1 + 2  # diff([0, 2, 3]) = [2, 1]; unique([0, 0, 1, 1]) = 2 widths
     assert sum(1 for g in cap.gemms if g.phase == "forward") == 5
+
+
+class Experts(nn.Module):
+    """Mixture-of-experts code that picks each expert's tokens with a mask of the routing."""
+
+    def __init__(self, experts: int = 4) -> None:
+        super().__init__()
+        self.router = nn.Linear(16, experts)
+        self.experts = nn.ModuleList(nn.Linear(16, 16) for _ in range(experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, chosen = self.router(x).topk(2, dim=-1)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            rows, _ = torch.where(chosen == e)  # each expert's tokens: a share no answer gets right
+            out = out.index_add(0, rows, expert(x[rows]))
+        return out
+
+
+def test_a_routing_mask_is_an_error_not_every_token_for_every_expert() -> None:
+    with pytest.raises(HostReadError) as info:
+        trace(lambda: (Experts(), torch.randn(32, 16)))
+    message = str(info.value)
+    assert message.startswith("a routing decision read on the host decides the shapes: ")
+    assert f"{HERE}:{line_of('rows, _ = torch.where(chosen == e)')}: rows, _ = torch.where(chosen == e)" in message

@@ -65,6 +65,11 @@ _SAME = _overloads(aten._to_copy, ("default",)) | _overloads(aten.view, ("defaul
     _overloads(aten.detach, ("default",)) | _overloads(aten.clone, ("default",))
 #: ops whose output reads as the negation of their input
 _NOT = _overloads(aten.logical_not, ("default",)) | _overloads(aten.bitwise_not, ("default",))
+#: ops whose outputs are a routing decision (which expert, which token)
+_ROUTING = _overloads(aten.topk, ("default",)) | _overloads(aten.sort, ("default", "stable")) | \
+    _overloads(aten.argsort, ("default", "stable")) | _overloads(aten.argmax, ("default",)) | \
+    _overloads(aten.argmin, ("default",)) | _overloads(aten.max, ("dim",)) | _overloads(aten.min, ("dim",)) | \
+    _overloads(aten.multinomial, ("default",))
 _READ = aten._local_scalar_dense.default
 _NONZERO = aten.nonzero.default
 #: ops that take a list of indices, where a boolean mask stands for its nonzero indices
@@ -87,11 +92,30 @@ _HELPER_DIRS = (os.sep + os.path.join("transformers", "utils") + os.sep,)
 #: how much of the source line an error quotes (the whole line stays under the error cap)
 _SOURCE_CAP = 100
 
+#: what a user can do about a routing read
+_ROUTING_ADVICE = ("use an experts implementation without host reads (transformers: the default grouped_mm) "
+                   "or lint the dense equivalent")
+
 #: what a user can do about a read that decides what runs
 _ADVICE = "fake tensors have no values: compute it from sizes or the config, or pass it in as a Python value"
 
 #: the fake mode's own dispatch: ``call(func, types, args, kwargs)``
 Call = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
+
+
+_Table = dict[int, tuple[weakref.ref[torch.Tensor], bool]]
+
+
+def _put(table: _Table, t: torch.Tensor, value: bool) -> _Table:
+    if len(table) > _MAX_TAGS:  # forget the dead
+        table = {k: v for k, v in table.items() if v[0]() is not None}
+    table[id(t)] = (weakref.ref(t), value)
+    return table
+
+
+def _has(table: _Table, t: Any) -> bool:
+    entry = table.get(id(t))
+    return entry is not None and entry[0]() is t
 
 
 class HostReadError(ShapelintError):
@@ -105,7 +129,9 @@ class HostReads:
     def __init__(self) -> None:
         self.reads: list[HostRead] = []
         # id(tensor) -> (the tensor, weakly; the answer its read gets)
-        self._answers: dict[int, tuple[weakref.ref[torch.Tensor], bool]] = {}
+        self._answers: _Table = {}
+        # the tensors computed from a routing decision (topk, argmax, sort...)
+        self._routed: _Table = {}
         #: called once per answered read (the recorder's note_host_sync while one records)
         self.on_read: Callable[[], None] | None = None
 
@@ -121,18 +147,28 @@ class HostReads:
         if not any(isinstance(t, FakeTensor) for t in tensors):
             return _real_or_fake(func, types, args, kwargs, call, bool(tensors))
         out = call(func, types, args, kwargs)
+        self._follow(func, args, tensors, out)
+        return out
+
+    def _follow(self, func: Any, args: tuple[Any, ...], tensors: list[torch.Tensor], out: Any) -> None:
+        """Tag ``out`` with what a read of it answers, and as routing where it is one."""
+        if func in _ROUTING or (self._routed and any(_has(self._routed, t) for t in tensors)):
+            self._mark_routed(out)
         if func in _ALL or func in _ANY:
             self._tag(out, func in _ALL)
         elif func in _SAME or func in _NOT:
             answer = self._answer(args[0])
             if answer is not None:
                 self._tag(out, answer ^ (func in _NOT))
-        return out
+
+    def _mark_routed(self, out: Any) -> None:
+        for o in out if isinstance(out, (tuple, list)) else (out,):
+            # indices and masks only: routing weights would make every activation after them "routed"
+            if isinstance(o, torch.Tensor) and not o.is_floating_point():
+                self._routed = _put(self._routed, o, True)
 
     def _tag(self, t: torch.Tensor, answer: bool) -> None:
-        if len(self._answers) > _MAX_TAGS:  # forget the dead
-            self._answers = {k: v for k, v in self._answers.items() if v[0]() is not None}
-        self._answers[id(t)] = (weakref.ref(t), answer)
+        self._answers = _put(self._answers, t, answer)
 
     def _answer(self, t: Any) -> bool | None:
         entry = self._answers.get(id(t))
@@ -150,8 +186,13 @@ class HostReads:
         return float(answer) if t.is_floating_point() else int(answer)
 
     def _nonzero(self, mask: FakeTensor) -> torch.Tensor:
-        """Every element of a fake mask selected: ``(numel, ndim)`` indices."""
+        """Every element of a fake mask selected: ``(numel, ndim)`` indices; a mask made
+        from a routing decision (mixture-of-experts code that picks each expert's tokens)
+        selects a share no answer gets right, so it is an error."""
         file, line, source = read_site()
+        if _has(self._routed, mask):
+            raise HostReadError(f"a routing decision read on the host decides the shapes: {file}:{line}: "
+                                f"{cap_length(source, _SOURCE_CAP)} (each expert's tokens; {_ROUTING_ADVICE})")
         self._note(HostRead(file, line, source, "all selected"))
         with mask.fake_mode:
             return torch.empty((mask.numel(), mask.dim()), dtype=torch.long, device=mask.device)
