@@ -271,3 +271,21 @@ def test_a_routing_mask_is_an_error_not_every_token_for_every_expert() -> None:
     message = str(info.value)
     assert message.startswith("a routing decision read on the host decides the shapes: ")
     assert f"{HERE}:{line_of('rows, _ = torch.where(chosen == e)')}: rows, _ = torch.where(chosen == e)" in message
+
+
+class Distinct(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kinds = torch.unique(x.round())  # its size depends on the values
+        return self.proj(x) + kinds.sum()
+
+
+def test_an_op_whose_output_size_depends_on_values_names_its_line() -> None:
+    with pytest.raises(HostReadError) as info:
+        trace(lambda: (Distinct(), torch.randn(4, 8)))
+    message = str(info.value)
+    assert message.startswith("the size of _unique2's output depends on values: ")
+    assert f"{HERE}:{line_of('kinds = torch.unique(x.round())')}: kinds = torch.unique(x.round())" in message

@@ -146,7 +146,13 @@ class HostReads:
         tensors = _tensors(args, kwargs)
         if not any(isinstance(t, FakeTensor) for t in tensors):
             return _real_or_fake(func, types, args, kwargs, call, bool(tensors))
-        out = call(func, types, args, kwargs)
+        try:
+            out = call(func, types, args, kwargs)
+        except (DataDependentOutputException, DynamicOutputShapeException):
+            file, line, source = read_site()  # unique, masked_select, repeat_interleave... of fake data
+            where = f"{file}:{line}: {cap_length(source, _SOURCE_CAP)}" if source else f"{file}:{line}"
+            raise HostReadError(f"the size of {func.overloadpacket.__name__}'s output depends on values: {where} "
+                                f"({_ADVICE})") from None
         self._follow(func, args, tensors, out)
         return out
 
