@@ -76,6 +76,15 @@ _NONZERO = aten.nonzero.default
 _INDEXED = _overloads(aten.index, ("Tensor",)) | _overloads(aten.index_put, ("default",)) | \
     _overloads(aten.index_put_, ("default",)) | _overloads(aten._index_put_impl_, ("default",))
 
+# what each op is to the host-read logic, by the op's id: an OpOverload hashes in Python,
+# and a set lookup per op per kind cost a GPT-2 trace 25%
+_K_READ, _K_NONZERO, _K_INDEXED, _K_ROUTING, _K_ALL, _K_ANY, _K_SAME, _K_NOT = (1 << i for i in range(8))
+_KINDS: dict[int, int] = {}
+for _kind, _ops in ((_K_READ, {_READ}), (_K_NONZERO, {_NONZERO}), (_K_INDEXED, _INDEXED), (_K_ROUTING, _ROUTING),
+                    (_K_ALL, _ALL), (_K_ANY, _ANY), (_K_SAME, _SAME), (_K_NOT, _NOT)):
+    for _op in _ops:
+        _KINDS[id(_op)] = _KINDS.get(id(_op), 0) | _kind
+
 #: tagged tensors kept before the dead ones are swept out
 _MAX_TAGS = 4096
 
@@ -137,15 +146,17 @@ class HostReads:
 
     def dispatch(self, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any], call: Call) -> Any:
         """``call`` (the fake mode's own dispatch) for ``func``, or the answer to a read."""
-        if func is _READ and isinstance(args[0], FakeTensor):
+        kind = _KINDS.get(id(func), 0)
+        if kind & _K_READ and isinstance(args[0], FakeTensor):
             return self._read(args[0])
-        if func is _NONZERO and isinstance(args[0], FakeTensor):
+        if kind & _K_NONZERO and isinstance(args[0], FakeTensor):
             return self._nonzero(args[0])
-        if func in _INDEXED and len(args) > 1:
+        if kind & _K_INDEXED and len(args) > 1:
             args = (args[0], self._indices(args[1]), *args[2:])
-        tensors = _tensors(args, kwargs)
-        if not any(isinstance(t, FakeTensor) for t in tensors):
-            return _real_or_fake(func, types, args, kwargs, call, bool(tensors))
+        if not (args and isinstance(args[0], FakeTensor)):  # most ops: a fake first argument, nothing to look at
+            tensors = _tensors(args, kwargs)
+            if not any(isinstance(t, FakeTensor) for t in tensors):
+                return _real_or_fake(func, types, args, kwargs, call, bool(tensors))
         try:
             out = call(func, types, args, kwargs)
         except (DataDependentOutputException, DynamicOutputShapeException):
@@ -153,19 +164,20 @@ class HostReads:
             where = f"{file}:{line}: {cap_length(source, _SOURCE_CAP)}" if source else f"{file}:{line}"
             raise HostReadError(f"the size of {func.overloadpacket.__name__}'s output depends on values: {where} "
                                 f"({_ADVICE})") from None
-        self._follow(func, args, tensors, out)
+        if kind or self._routed:
+            self._follow(kind, args, kwargs, out)
         return out
 
-    def _follow(self, func: Any, args: tuple[Any, ...], tensors: list[torch.Tensor], out: Any) -> None:
+    def _follow(self, kind: int, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         """Tag ``out`` with what a read of it answers, and as routing where it is one."""
-        if func in _ROUTING or (self._routed and any(_has(self._routed, t) for t in tensors)):
+        if kind & _K_ROUTING or (self._routed and any(_has(self._routed, t) for t in _tensors(args, kwargs))):
             self._mark_routed(out)
-        if func in _ALL or func in _ANY:
-            self._tag(out, func in _ALL)
-        elif func in _SAME or func in _NOT:
+        if kind & (_K_ALL | _K_ANY):
+            self._tag(out, bool(kind & _K_ALL))
+        elif kind & (_K_SAME | _K_NOT) and self._answers:
             answer = self._answer(args[0])
             if answer is not None:
-                self._tag(out, answer ^ (func in _NOT))
+                self._tag(out, answer ^ bool(kind & _K_NOT))
 
     def _mark_routed(self, out: Any) -> None:
         for o in out if isinstance(out, (tuple, list)) else (out,):
