@@ -24,6 +24,8 @@ Every answered read is a place where an eager GPU step waits for the GPU
 (``note_host_sync``). Any other read of fake data (``.item()`` of a sum, a
 ``.tolist()`` that decides a split) decides what runs and cannot be answered: the
 lint stops with one line naming the file, line and source text (:class:`HostReadError`).
+So does a mask made from a routing decision (``topk``, ``argmax``... then ``==``):
+every token for every expert would price each expert on the whole batch.
 """
 
 from __future__ import annotations
