@@ -89,13 +89,16 @@ class Masked(nn.Module):
         self.fc = nn.Linear(64, 64)
 
     def forward(self, x):
-        return self.fc(x[x > 0].reshape(-1, 64))
+        return self.fc(x[: int((x > 0).sum())])
 
 
 def shapelint_model():
     return Masked(), torch.randn(64, 64)
 """)
-    _fails(["dyn.py"], capsys, "cannot trace the model")
+    # a count read on the host decides the batch: one line naming the line (a boolean
+    # mask that indexes is answered instead: tests/test_host_reads.py)
+    _fails(["dyn.py"], capsys, "a value read on the host decides what the step runs",
+           "dyn.py:11: return self.fc(x[: int((x > 0).sum())])", "pass it in as a Python value")
 
 
 def test_yaml_target_errors(here: Path, capsys: pytest.CaptureFixture[str]) -> None:

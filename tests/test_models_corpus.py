@@ -50,6 +50,8 @@ def shrink(doc: dict[str, Any]) -> dict[str, Any]:
             out[key] = min(value, DEPTH)
         elif key == "depths":  # Swin, ConvNeXt, ResNet: blocks per stage
             out[key] = [1] * len(value)
+        elif key == "attention_window" and isinstance(value, list):  # Longformer, LED: one per layer
+            out[key] = value[:DEPTH]
         elif key == "attention_types":  # GPT-Neo: [[pattern, repeats]] must cover every layer
             out[key] = [[value[0][0], DEPTH // len(value[0][0])]]
         else:

@@ -28,6 +28,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from shapelint.capture.host_reads import HostReads
 from shapelint.capture.precision import dtype_name, operand_dtype
 from shapelint.capture.rows import ROOT_INFO, ModuleInfo, OpRow, Owner, Position, ShapeRow
 from shapelint.capture.sources import module_params, user_frame_source
@@ -421,12 +422,19 @@ class RecordingFakeMode(FakeTensorMode):
         super().__init__(allow_non_fake_inputs=True)
         self.recorder: Recorder | None = None
         self._depth = 0
+        #: the values read on the host, answered (:mod:`shapelint.capture.host_reads`)
+        self.host_reads = HostReads()
+        self.host_reads.on_read = self._host_read
+
+    def _host_read(self) -> None:
+        if self.recorder is not None:
+            self.recorder.note_host_sync()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def, override]
         kwargs = kwargs or {}
         self._depth += 1
         try:
-            out = super().__torch_dispatch__(func, types, args, kwargs)
+            out = self.host_reads.dispatch(func, types, args, kwargs, super().__torch_dispatch__)
         finally:
             self._depth -= 1
         if self.recorder is not None and self._depth == 0:  # not the ops of a decomposition

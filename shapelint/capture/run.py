@@ -12,8 +12,9 @@ from typing import Any, cast
 
 import torch
 
+from shapelint.capture.host_reads import HostReadError
 from shapelint.capture.precision import autocast_context
-from shapelint.capture.recorder import Recorder, module_hooks, recording
+from shapelint.capture.recorder import Recorder, RecordingFakeMode, module_hooks, recording
 from shapelint.capture.replay.replayer import Replayer
 from shapelint.capture.replay.stats import STATS
 from shapelint.capture.rows import ModuleInfo, OpRow, ShapeRow
@@ -22,6 +23,7 @@ from shapelint.capture.sources import boundary
 from shapelint.capture.traceable import every_layer_runs
 from shapelint.errors import ShapelintError
 from shapelint.model.records import Gemm, Op, Phase, Role, Source
+from shapelint.model.trace_notes import HostRead
 
 
 @dataclass
@@ -40,6 +42,10 @@ class Capture:
     syncs: tuple[int, ...] = ()
     #: positions in ``ops`` where torch.compile's dynamo would break the graph
     breaks: tuple[int, ...] = ()
+    #: values the model's code read on the host, answered as a healthy step answers them
+    host_reads: tuple[HostRead, ...] = ()
+    #: what the trace changed to run the step (a loss that rejected the labels), for the report
+    notes: tuple[str, ...] = ()
 
     @property
     def forward(self) -> int:
@@ -101,7 +107,44 @@ def capture(
 
     With ``replay`` (training only), repeated identical layers are traced once and
     their records copied (:mod:`shapelint.capture.replay`); where that cannot be shown to give
-    the records a full trace gives, the model is traced again in full."""
+    the records a full trace gives, the model is traced again in full.
+
+    Where the step fails with ``labels`` among the inputs and runs without them (a loss
+    that wants labels of another shape than the input tokens), it is the step without
+    labels, and the capture's notes say so."""
+    grads = _grads(model, inputs)
+    try:
+        cap = _capture_replayed(model, inputs, precision, training, defined_at, replay)
+    except HostReadError:
+        raise
+    except ShapelintError as exc:
+        unlabelled = _without_labels(inputs)
+        if unlabelled is None:
+            raise
+        for t, g in grads:  # as they were before the failed step
+            t.grad = g
+        try:
+            cap = _capture_replayed(model, unlabelled, precision, training, defined_at, replay)
+        except ShapelintError:
+            raise exc from None
+        why = str(exc).removeprefix("cannot trace the model: ")
+        cap.notes += (f"traced without labels: the model's loss rejected the labels shapelint made ({why}); "
+                      f"the step differentiates the model's outputs instead",)
+    mode = next((getattr(p, "fake_mode", None) for p in model.parameters()), None)
+    if isinstance(mode, RecordingFakeMode):
+        cap.host_reads = tuple(mode.host_reads.reads)
+    return cap
+
+
+def _without_labels(inputs: Any) -> dict[str, Any] | None:
+    """Keyword inputs less their ``labels`` (None when there are none)."""
+    if not isinstance(inputs, dict) or "labels" not in inputs:
+        return None
+    return {k: v for k, v in inputs.items() if k != "labels"}
+
+
+def _capture_replayed(model: torch.nn.Module, inputs: Any, precision: str, training: bool,
+                      defined_at: dict[int, Source] | None, replay: bool) -> Capture:
     if not (training and replay):
         if replay:
             STATS.reset()

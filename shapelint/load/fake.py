@@ -69,16 +69,22 @@ def _skip_init() -> Iterator[None]:
             setattr(torch.nn.init, name, fn)
 
 
-#: largest index vector (``linspace``, ``logspace``, ``arange``) built for real during
-#: construction: drop-path rates, positions, window offsets (64 KiB of int64 at most)
+#: largest index vector (``linspace``, ``logspace``, ``arange``) or constant
+#: (``torch.tensor`` of Python data) built for real during construction: drop-path
+#: rates, positions, window offsets, stage widths (64 KiB of int64 at most)
 REAL_VECTOR_NUMEL = 8192
 _INDEX_VECTORS = frozenset({torch.linspace, torch.logspace, torch.arange})
+#: factories of constants from Python data (a tensor among the data is not a constant)
+_CONSTANTS = frozenset({torch.tensor, torch.as_tensor})
 
 
 class _RealIndexVectors(TorchFunctionMode):
-    """Builds small index vectors that take no tensor arguments as real CPU tensors,
-    and whatever is computed from real tensors alone stays real, so construction
-    code can read their values (``.item()``, ``.tolist()``, iteration)."""
+    """Builds small index vectors and constants that take no tensor arguments as real
+    CPU tensors (``device=None`` or the CPU: timm passes ``device='cpu'``), and whatever
+    is computed from real tensors alone stays real, so construction code can read their
+    values (``.item()``, ``.tolist()``, iteration, ``unique``): timm's drop-path
+    schedules, RegNet's stage widths (timm ``torch.unique``, torchvision
+    ``torch.tensor([...]).diff().tolist()``)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -87,11 +93,18 @@ class _RealIndexVectors(TorchFunctionMode):
             with unset_fake_temporarily():
                 return func(*args, **kwargs)
         out = func(*args, **kwargs)
-        if (func in _INDEX_VECTORS and not tensors and isinstance(out, torch.Tensor)
-                and out.numel() <= REAL_VECTOR_NUMEL and kwargs.get("device") is None):
+        if ((func in _INDEX_VECTORS or func in _CONSTANTS) and not tensors and isinstance(out, torch.Tensor)
+                and out.numel() <= REAL_VECTOR_NUMEL and _on_cpu(kwargs.get("device"))):
             with unset_fake_temporarily():
                 return func(*args, **kwargs)
         return out
+
+
+def _on_cpu(device: Any) -> bool:
+    try:
+        return device is None or torch.device(device).type == "cpu"
+    except (RuntimeError, TypeError):
+        return False
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ from typing import Any
 
 from shapelint.errors import ShapelintError, one_line
 from shapelint.load import validate
+from shapelint.load.torchvision_ops import install as torchvision_without_ops
 
 
 def import_transformers() -> Any:
@@ -17,6 +18,7 @@ def import_transformers() -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    torchvision_without_ops()  # transformers imports torchvision where it is installed
     try:
         import transformers
     except ImportError as exc:
@@ -70,4 +72,17 @@ def build_config(doc: dict[str, Any], where: str) -> tuple[Any, Any]:
         raise ShapelintError(f"{where}: transformers rejects this config: {one_line(exc)}") from exc
     validate.hf_depth(config, doc, where)
     validate.hf_heads(config, doc, where)
+    no_random_steps(config)
     return transformers, config
+
+
+def no_random_steps(config: Any) -> None:
+    """:data:`RANDOM_STEP_KEYS` zeroed on ``config`` and its sub-configs, the class
+    defaults included (``HubertConfig`` defaults to ``layerdrop=0.1`` and
+    ``mask_time_prob=0.05`` where the file names neither)."""
+    subs = [getattr(config, key, None) for key in getattr(config, "sub_configs", None) or {}]
+    for c in [config, *(s for s in subs if s is not None)]:
+        for key in RANDOM_STEP_KEYS:
+            value = getattr(c, key, None)
+            if isinstance(value, float) and value > 0:
+                setattr(c, key, 0.0)

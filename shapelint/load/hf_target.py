@@ -48,7 +48,7 @@ def load_hf_document(doc: dict[str, Any], where: str, *, batch: int | None, seq:
     loss_behind_graph_break(model)
     mode = RecordingFakeMode()
     meta_to_fake(model, mode)
-    with mode, torch.device("cpu"):
+    with torch.device("cpu"):  # real data: what the model reads of them is exact (capture.host_reads)
         inputs = hf_inputs(model, config, where, batch or DEFAULT_BATCH, seq)
     return Loaded(where, "hf-config", model, inputs, mode, defined_at,
                   compile_probe=lambda: probe_hf_graph_breaks(transformers, config, where, doc))

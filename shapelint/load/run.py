@@ -12,6 +12,7 @@ from shapelint.load.hf_target import load_hf_config
 from shapelint.load.loaded import Loaded
 from shapelint.load.python_target import load_python
 from shapelint.load.targets import target_kind
+from shapelint.load.torchvision_ops import install as torchvision_without_ops
 from shapelint.load.yaml_target import load_yaml
 
 
@@ -20,6 +21,7 @@ def load(path: Path, *, batch: int | None = None, seq: int | None = None,
     """A target, built on fake tensors (fp32, as written: the compute precision is
     applied by capture). ``allow_builders``: see :func:`shapelint.load.yaml_target.load_yaml`."""
     kind = target_kind(path)
+    torchvision_without_ops()  # before the target's code (or transformers) imports torchvision
     if kind == "python":
         return load_python(path, batch=batch, seq=seq)
     if kind == "hf-config":

@@ -38,6 +38,8 @@ def summary(r: Result) -> dict[str, Any]:
         "est_scope": "GEMMs only",
         "findings": sum(1 for f in r.findings if not f.suppressed),
         "suppressed": sum(1 for f in r.findings if f.suppressed),
+        "host_reads": [read.to_json() for read in r.capture.host_reads],
+        "trace_notes": list(r.capture.notes),
         **_step(r),
         **summary_keys(r),
         **({"step_verification": r.step_verification.to_json()} if r.step_verification is not None else {}),

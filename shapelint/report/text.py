@@ -79,6 +79,20 @@ def graphs_line(r: Result) -> str | None:
             f"est. {host_ms:.1f} ms of host time per step, in the estimate")
 
 
+#: host reads listed one by one; more are counted
+SHOWN_HOST_READS = 5
+
+
+def trace_note_lines(r: Result) -> list[str]:
+    """What the trace assumed: the host reads it answered (``shapelint.capture.host_reads``)
+    and what it changed to run the step."""
+    reads = r.capture.host_reads
+    lines = [f"note: {read.describe()}" for read in reads[:SHOWN_HOST_READS]]
+    if len(reads) > SHOWN_HOST_READS:
+        lines.append(f"note: {len(reads) - SHOWN_HOST_READS} more host reads answered (--format json lists them)")
+    return lines + [f"note: {note}" for note in r.capture.notes]
+
+
 def gemm_line(r: Result) -> str:
     return (f"GEMMs alone (est.): {r.step.ms:.3f} ms → {r.step.ms_after:.3f} ms per step "
             f"({r.step.speedup:.2f}× on the GEMMs, not the step)")
@@ -217,6 +231,8 @@ def _footer(console: Console, r: Result) -> None:
     if scans:
         console.print(f"  {scans}", style="dim", highlight=False)
     console.print(f"  {gemm_line(r)}", style="dim", highlight=False)
+    for line in trace_note_lines(r):
+        console.print(f"  {line}", style="dim", highlight=False, markup=False)  # source text has [...]
     if r.step_verification is not None:
         from shapelint.report.verification import report_lines
 
