@@ -71,11 +71,11 @@ def test_color_always_and_never(here: Path, capsys: pytest.CaptureFixture[str]) 
 def test_extend_select_and_ignore(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(["--list-rules", "--no-config"], capsys)
     codes = [line.split()[0] for line in out.splitlines()]
-    assert "SL900" not in codes and len(codes) == 10  # opt-in: off by default
+    assert "SL900" not in codes and len(codes) == 11  # opt-in: off by default (SL101 ... SL601)
     _, out, _ = run(["--list-rules", "--no-config", "--select", "SL1", "--extend-select", "SL900,SL501"], capsys)
     assert [line.split()[0] for line in out.splitlines()] == ["SL101", "SL102", "SL501", "SL900"]
     _, out, _ = run(["--list-rules", "--no-config", "--extend-ignore", "SL2", "--ignore", "SL101"], capsys)
-    assert [line.split()[0] for line in out.splitlines()] == ["SL102", "SL301", "SL302", "SL401", "SL402", "SL501"]
+    assert [line.split()[0] for line in out.splitlines()] == ["SL102", "SL301", "SL302", "SL401", "SL402", "SL501", "SL601"]
     _, out, _ = run(["--list-rules", "--no-config", "--select", "SL"], capsys)  # "every rule", as before
     assert "SL900" not in out
     (here / ".shapelint.yaml").write_text("extend-select: [SL900]\nextend-ignore: [SL5]\n")
