@@ -93,7 +93,8 @@ def estimate(name: str, layout: str, gpu: str, folder: Path) -> dict[str, float]
     t = r.step_time
     assert t is not None
     shard = [f for f in r.findings if f.code == "SL601"]
-    return {"step_ms": t.ms, "gpu_ms": t.gpu_ms, "host_ms": t.host_ms, "comm_ms": t.comm_ms,
+    return {"step_ms": t.ms, "step_ms_range": list(t.ms_range), "gpu_ms": t.gpu_ms, "host_ms": t.host_ms,
+            "comm_ms": t.comm_ms,
             "sl601_findings": len(shard), "sl601_gemm_ms_saved": sum(f.saved_ms for f in shard),
             "sl601_step_ms_saved": sum(f.step_ms_saved or 0.0 for f in shard)}
 
@@ -132,12 +133,14 @@ def shard_effect(rows: list[dict]) -> dict | None:
 
 def print_rows(rows: list[dict]) -> None:
     print(f"{'model':9} {'layout':7} {'est ms':>8} {'meas ms':>8} {'error':>7}   {'est ×':>6} {'meas ×':>6} {'error':>7}"
-          f"   {'comm':>6} {'host':>7} {'gpu':>7}")
+          f"   {'comm':>6} {'host':>7} {'gpu':>7}   {'host range':>13} {'within':>6}")
     for r in rows:
         e = r["est"]
+        low, high = e["step_ms_range"]
+        within = abs(r["ms_error"]) <= 0.15 or low <= r["measured_ms"] <= high
         print(f"{r['model']:9} {r['layout']:7} {r['est_ms']:8.1f} {r['measured_ms']:8.1f} {100 * r['ms_error']:+6.1f}%"
               f"   {r['est_ratio']:6.2f} {r['measured_ratio']:6.2f} {100 * r['ratio_error']:+6.1f}%"
-              f"   {e['comm_ms']:6.1f} {e['host_ms']:7.1f} {e['gpu_ms']:7.1f}")
+              f"   {e['comm_ms']:6.1f} {e['host_ms']:7.1f} {e['gpu_ms']:7.1f}   {low:6.1f}-{high:<6.1f} {'yes' if within else 'NO':>6}")
 
 
 def measure(argv: list[str]) -> list[dict] | None:

@@ -51,12 +51,11 @@ out = model(images.to(memory_format=torch.channels_last))
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 from shapelint.check.rule_api import Example, RuleContext
 from shapelint.hardware import Hardware
 from shapelint.model.records import Change, Gemm, Proposal, Severity, Suggestion
-from shapelint.physics.conv import ConvCall, conv_calls, misaligned_channels
+from shapelint.physics.conv import ConvCall, as_channels_last, conv_calls, misaligned_channels
 
 CODE = "SL402"
 NAME = "conv-channels-last"
@@ -95,13 +94,6 @@ GOOD = [
 ]
 
 
-def channels_last(g: Gemm) -> Gemm:
-    """``g`` with its activations in NHWC: no transposing copies."""
-    extra = tuple((k, True if k == "channels_last" else v) for k, v in g.extra)
-    return replace(g, a=replace(g.a, copied=False), b=replace(g.b, copied=False),
-                   out=replace(g.out, copied=False), extra=extra)
-
-
 def _nchw(members: Sequence[Gemm]) -> bool:
     return any(op.copied for g in members for op in (g.a, g.b, g.out))
 
@@ -123,7 +115,7 @@ def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> It
                                                   if len(modules) > MODULES_SHOWN else "")
     yield Proposal(CODE, NAME, SEVERITY, covered, Change(
         Suggestion("memory_format", "contiguous", "channels_last"),
-        tuple(channels_last(g) for g in covered),
+        tuple(as_channels_last(g) for g in covered),
         f"{len(modules)} convolution{'s' if len(modules) > 1 else ''} ({shown}) run on NCHW tensors: cuDNN "
         f"transposes their activations to NHWC for the tensor cores on every call; convert the model and "
         f"its inputs with .to(memory_format=torch.channels_last)",

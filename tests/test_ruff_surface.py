@@ -119,7 +119,7 @@ def test_show_settings(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "min-speedup = 1.2  # .shapelint.yaml:2" in out
     assert 'dtype = "fp16"  # command line' in out
     assert "min-loss = 0.05  # default" in out and "gemms = true  # default" in out
-    assert "rules (10 selected):" in out and "  SL501  vocab-padding" in out
+    assert "rules (11 selected):" in out and "  SL501  vocab-padding" in out
 
 
 def test_rule_prints_its_documentation(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ from torch import nn
 
 from shapelint.check.rule_api import RuleContext
 from shapelint.hardware import resolve
+from shapelint.physics.conv import as_channels_last
 from shapelint.pipeline.run import trace
 from shapelint.price.gemm import total_ms
 
@@ -106,7 +107,7 @@ def test_one_finding_for_the_model_stem_included() -> None:
     # estimate, 1.35x, is near it)
     stem = [cap.gemms[i] for i in f.gemms if cap.gemms[i].module == "0"]
     assert [g.phase for g in stem] == ["forward", "grad_weight"]  # the image needs no gradient
-    stem_gain = total_ms(stem, H100) / total_ms([sl402.channels_last(g) for g in stem], H100)
+    stem_gain = total_ms(stem, H100) / total_ms([as_channels_last(g) for g in stem], H100)
     assert 1.1 < stem_gain < f.est_speedup
 
 

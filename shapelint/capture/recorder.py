@@ -29,6 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from shapelint.capture.host_reads import HostReads
+from shapelint.capture.op_traffic import iteration, stored_bytes, stream_layout, tensors_of
 from shapelint.capture.precision import dtype_name, operand_dtype
 from shapelint.capture.rows import ROOT_INFO, ModuleInfo, OpRow, Owner, Position, ShapeRow
 from shapelint.capture.sources import module_params, user_frame_source
@@ -284,10 +285,10 @@ class Recorder:
                 self.serial(o, ins[0])
             return
         nbytes, reads, writes = self._traffic(name, kclass, "out" in kwargs, ins, outs)
-        widest, strided = _layout(kclass, ins + outs)
+        widest, strided = stream_layout(kclass, ins + outs)
         backward = not self._stack and torch._C._current_autograd_node() is not None
         owner = self._stack[-1].path if self._stack else ""
-        numel, out_numel = _iteration(kclass, ins, outs)
+        numel, out_numel = iteration(kclass, ins, outs)
         self._ops.append(OpRow(name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided, numel,
                                out_numel))
 
@@ -296,8 +297,8 @@ class Recorder:
         """(bytes the kernel moves, (serial, bytes) read, (serial, bytes) written): an
         in-place op writes its first input's tensor; a fill reads nothing."""
         in_place = name.endswith("_") or out_arg
-        writes = tuple((self.serial(o, ins[0] if in_place and ins else None), _stored_bytes(o)) for o in outs)
-        read = read_bytes(name, [(_stored_bytes(t), t.numel(), t.element_size()) for t in ins],
+        writes = tuple((self.serial(o, ins[0] if in_place and ins else None), stored_bytes(o)) for o in outs)
+        read = read_bytes(name, [(stored_bytes(t), t.numel(), t.element_size()) for t in ins],
                           sum(b for _, b in writes))
         reads = tuple((self.serial(t), b) for t, b in zip(ins, read))
         nbytes = (0 if kclass == "fill" else sum(b for _, b in reads)) + sum(b for _, b in writes)
@@ -379,38 +380,6 @@ def _stream_class(name: str, gemms: int) -> Any:
     if gemms:
         return "attention" if name.startswith("fused_attention") else "gemm"
     return kernel_class(name)
-
-
-def _layout(kclass: str, tensors: list[torch.Tensor]) -> tuple[int, bool]:
-    """(the widest floating element size, whether a copy or pointwise op reads or
-    writes a non-contiguous tensor)."""
-    widest = max((t.element_size() for t in tensors if t.is_floating_point()), default=2)
-    strided = kclass in ("copy", "pointwise") and any(not t.is_contiguous() for t in tensors if t.dim() > 1)
-    return widest, strided
-
-
-def tensors_of(values: Any) -> list[torch.Tensor]:
-    return [v for v in values if isinstance(v, torch.Tensor)]
-
-
-def _iteration(kclass: str, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> tuple[int, int]:
-    """(elements the kernel iterates over, elements it produces): a reduction iterates
-    over its largest input and produces its largest output, any other op iterates over
-    its largest output (or input)."""
-    made = max((t.numel() for t in outs), default=0)
-    if kclass == "reduction":
-        return max((t.numel() for t in ins), default=made), made
-    size = made or max((t.numel() for t in ins), default=0)
-    return size, size
-
-
-def _stored_bytes(t: torch.Tensor) -> int:
-    """Bytes of the distinct elements a tensor covers (a broadcast dimension once)."""
-    n = 1
-    for size, stride in zip(t.shape, t.stride()):
-        if stride != 0:
-            n *= int(size)
-    return n * t.element_size()
 
 
 class RecordingFakeMode(FakeTensorMode):

@@ -92,6 +92,14 @@ def conv_calls(gemms: Sequence[Gemm]) -> list[tuple[ConvCall, list[Gemm]]]:
     return [(ConvCall(module, extra), members) for (module, extra), members in calls.items()]
 
 
+def as_channels_last(g: Gemm) -> Gemm:
+    """``g`` with its activations in NHWC: no transposing copies (SL402's change, and
+    what Inductor's layout optimisation makes of an NCHW convolution)."""
+    extra = tuple((k, True if k == "channels_last" else v) for k, v in g.extra)
+    return replace(g, a=replace(g.a, copied=False), b=replace(g.b, copied=False),
+                   out=replace(g.out, copied=False), extra=extra)
+
+
 def gemm_kind(g: Gemm, transposed: bool) -> str:
     """Which of the three implicit GEMMs ``g`` is (a transposed convolution swaps fwd and dgrad)."""
     if g.op.endswith("grad_weight"):

@@ -83,20 +83,29 @@ def communication(plan: ParallelPlan, one_gpu: StepTime, hw: Hardware, training:
         contention_ms=sum(p.contention_ms for p in parts), host_ms=sum(p.host_ms for p in parts))
 
 
-def with_communication(t: StepTime, comm: Communication, world_size: int) -> StepTime:
+def with_communication(t: StepTime, comm: Communication, world_size: int, hw: Hardware) -> StepTime:
     """``t`` with ``comm`` added: the GPU waits and copies after the step's own
     timeline (its host's waits for the GPU included), the engines' host time on the
-    host side; the step is the larger."""
+    host side; the step is the larger. The same on the fastest and the slowest
+    measured host (``StepTime.ms_range``): the engines' host time (DTensor dispatch,
+    FSDP2's per-group work) scales with the host as the kernels' issue does, and
+    parallel steps are host-bound more often than one GPU's."""
     if world_size <= 1:
         return t
+    low, high = t.ms_range
+    host_all = t.host_ms + comm.host_ms
+    ms_range = (max(low + comm.gpu_ms, host_all * hw.step.host_speed_fastest),
+                max(high + comm.gpu_ms, host_all * hw.step.host_speed_slowest))
     gpu, host = t.gpu_ms + comm.gpu_ms, t.host_ms + comm.host_ms
     classes = dict(t.by_class)
     for name, ms in (("communication", comm.exposed_ms), ("parallel_copy", comm.copy_ms),
                      ("contention", comm.contention_ms)):
         if ms:
             classes[name] = classes.get(name, 0.0) + ms
-    return replace(t, ms=max(t.ms + comm.gpu_ms, host), gpu_ms=gpu, host_ms=host, by_class=tuple(sorted(classes.items())),
-                   comm_ms=comm.exposed_ms, world_size=world_size, communication=comm)
+    ms = max(t.ms + comm.gpu_ms, host)
+    return replace(t, ms=ms, gpu_ms=gpu, host_ms=host, by_class=tuple(sorted(classes.items())),
+                   comm_ms=comm.exposed_ms, world_size=world_size, communication=comm,
+                   ms_range=(min(ms_range[0], ms), max(ms_range[1], ms)))
 
 
 # -- the engines ---------------------------------------------------------------------------

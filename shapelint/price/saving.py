@@ -72,7 +72,7 @@ class StepModel:
     def _timed(self, one_gpu: StepTime) -> StepTime:
         if self.parallel is None or not self.parallel.layout.parallel:
             return one_gpu
-        return with_communication(one_gpu, self.communication(one_gpu), self.parallel.layout.world_size)
+        return with_communication(one_gpu, self.communication(one_gpu), self.parallel.layout.world_size, self.hw)
 
     def _slower_than_eager(self, eager: StepTime) -> str:
         """Why the compiled step is estimated slower than eager: the attention calls that

@@ -50,9 +50,16 @@ from shapelint.hardware import Hardware
 from shapelint.model.graphs import GraphBreaks
 from shapelint.model.parallel import Communication
 from shapelint.model.records import Gemm, Op, Slice
+from shapelint.physics.conv import as_channels_last
 from shapelint.price.gemm import gemm_ms, kernels
 from shapelint.price.host import Issued, between_graphs, host_costs, serialised_ms
-from shapelint.price.inductor import Fused, compiled_gemm_ms, fused_regions, transposed_made_in_graph
+from shapelint.price.inductor import (
+    Fused,
+    compiled_gemm_ms,
+    fused_regions,
+    layout_optimized,
+    transposed_made_in_graph,
+)
 from shapelint.price.kernels import MODES, OPTIMIZER_PASSES, Mode, attention_ms, memory_kernel_ms, op_ms, optimizer_ms
 
 
@@ -142,6 +149,12 @@ class Step:
         return fused_regions(self.ops)
 
     @cached_property
+    def channels_last_convs(self) -> bool:
+        """Whether torch.compile runs this step's convolutions channels-last whatever
+        their layout (``shapelint.price.inductor.layout_optimized``)."""
+        return layout_optimized(self.gemms, sum(1 for op in self.ops if not op.backward))
+
+    @cached_property
     def made_in_graph(self) -> dict[int, tuple[str, ...]]:
         """Per 2-D GEMM, its transposed operands that Inductor makes in the same compiled
         graph (``shapelint.price.inductor.transposed_made_in_graph``)."""
@@ -212,7 +225,11 @@ def _issue_ops(t: Timeline, step: Step, hw: Hardware, mode: Mode, gemm_times: Ma
         if i in gemm_times:
             return gemm_times[i]
         g = step.gemms[i]
-        return compiled_gemm_ms(g, hw, step.made_in_graph.get(i, ())) if mode == "compile" else gemm_ms(g, hw)
+        if mode != "compile":
+            return gemm_ms(g, hw)
+        if g.role == "conv" and step.channels_last_convs:
+            g = as_channels_last(g)
+        return compiled_gemm_ms(g, hw, step.made_in_graph.get(i, ()))
 
     for op in step.ops:
         if op.kind == "attention" and op.gemms:
