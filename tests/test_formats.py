@@ -273,7 +273,7 @@ def test_plot_labels_every_finding_and_the_biggest_gemms(tmp_path: Path, monkeyp
     rc, _, err = run(["convnet.py", "--no-config", "--no-cache", "--plot", out], capsys)
     svg = out.read_text()
     assert rc == 1, err
-    for label in ("conv1", "SL401 conv1: out_channels: 60 → 64 (est. 1.23×", "stem forward: 7% of the GEMM time",
+    for label in ("conv1", "SL401 conv1: out_channels: 60 → 64 (est. 1.36×", "stem forward: 7% of the GEMM time",
                  "arithmetic intensity (FLOP/byte)", "1,000"):
         assert label in svg, label
     assert "head forward" not in svg

@@ -102,9 +102,10 @@ def test_llama_mlp_and_vocabulary(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_llama_tensor_parallel_size_is_the_key_split_over_gpus(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    # 11000 / 8 = 1375 per GPU: misaligned; the key holds the whole size
+    # 11000 / 8 = 1375 per GPU: misaligned on the shard though aligned whole (SL601's, since
+    # the multi-GPU rules); the key holds the whole size
     path = variant(tmp_path, "llama-2-7b", intermediate_size=11000)
-    f = only(lint(path, capsys, "--tp", "8"), "SL101", "model.layers.*.mlp.gate_proj")
+    f = only(lint(path, capsys, "--tp", "8"), "SL601", "model.layers.*.mlp.gate_proj")
     at_key(f, path, "intermediate_size", 11)
     assert f["suggestion"] == {"parameter": "intermediate_size", "from": 11000, "to": 11008}
     assert f["details"]["config_formula"] == "intermediate_size / tp 8"
