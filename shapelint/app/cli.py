@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from shapelint.app.outputs import guard_stderr
 
         guard_stderr()
+        # torch warns on import when NumPy is absent; shapelint never hands it arrays
+        warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list
     if args_list[:1] and args_list[0] in SUBCOMMANDS:
