@@ -38,6 +38,7 @@ def main() -> int:
 
     import multi_gpu_step as bench
     from shapelint.app.api import lint_target
+    from shapelint.errors import ShapelintError
 
     rows = []
     print(f"{'model':9} {'layout':14} {'step ms':>8} {'host range':>15} {'comm':>6} {'gpu':>7} {'host':>7}")
@@ -49,7 +50,12 @@ def main() -> int:
             for layout, options in LAYOUTS.items():
                 if name == "gpt2" and "tp" in options:
                     continue  # GPT-2's fused Conv1D c_attn takes no DTensor tensor parallelism
-                t = lint_target(folder / "config.json", gpu=args.gpu, batch=batch, seq=seq, **options).result.step_time
+                try:
+                    t = lint_target(folder / "config.json", gpu=args.gpu, batch=batch, seq=seq, **options).result.step_time
+                except ShapelintError as exc:  # e.g. 12 heads at TP 8
+                    print(f"{name:9} {layout:14} refused: {exc}")
+                    rows.append({"model": name, "layout": layout, "refused": str(exc)})
+                    continue
                 assert t is not None
                 low, high = t.ms_range
                 rows.append({"model": name, "layout": layout, "step_ms": t.ms, "step_ms_range": [low, high],
