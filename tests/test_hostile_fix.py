@@ -746,3 +746,20 @@ def test_a_fix_stopped_by_sigterm_is_put_back(proj: Path, journals: Path, capfd:
     assert capfd.readouterr().err == "shapelint: --fix did not finish: put back model.py as it was\n"
     assert full_snapshot(proj) == before and _ours(journals) == []
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.mark.parametrize("text", ["kwargs: &k {d: 1023}\nhf_config: {<<: *k}\n",
+                                  "kwargs: &k\n  d: 1023\nhf_config:\n  <<: *k\n"], ids=["flow", "block"])
+def test_a_yaml_mapping_merged_into_another_key_is_not_edited(text: str, tmp_path: Path) -> None:
+    """``hf_config: {<<: *k}`` reads kwargs' mapping: the walk stopped at a mapping it had
+    seen, so the second reader was never counted and the edit of kwargs.d changed
+    hf_config.d too."""
+    from shapelint.fix.files import Doc, NotFixed
+    from shapelint.fix.yaml_edits import yaml_spans
+
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    doc = Doc(path, text.encode(), text, "utf-8")
+    with pytest.raises(NotFixed, match=r"hf_config\.<<\.d"):  # refused, naming the second reader
+        yaml_spans(doc, [text.splitlines().index(next(ln for ln in text.splitlines() if "1023" in ln)) + 1], 1023,
+                   None, ["d"])

@@ -57,7 +57,10 @@ def _int_nodes(root: Any, path: str) -> list[IntNode]:
     import yaml  # type: ignore[import-untyped]
 
     found: dict[int, IntNode] = {}
-    expanded: set[int] = set()
+    # a mapping reached again through an alias or a ``<<`` merge is walked again, so that
+    # every path reading its integers is seen (a value read by two keys is not edited as
+    # one); the walk is bounded, which also ends a recursive alias
+    visited = 0
     stack: list[tuple[KeyPath, Any]] = [((), root)]
     while stack:
         at, node = stack.pop()
@@ -65,10 +68,8 @@ def _int_nodes(root: Any, path: str) -> list[IntNode]:
             if node.tag == "tag:yaml.org,2002:int" and at:
                 found.setdefault(id(node), IntNode(node)).paths.append(at)
             continue
-        if id(node) in expanded:
-            continue
-        expanded.add(id(node))
-        if len(expanded) > MAX_NODES:
+        visited += 1
+        if visited > MAX_NODES:
             raise NotFixed(f"{path}: more than {MAX_NODES:,} YAML nodes: edit it by hand")
         if isinstance(node, yaml.MappingNode):
             stack.extend(((*at, str(k.value)), v) for k, v in reversed(node.value))
