@@ -289,3 +289,53 @@ def test_an_op_whose_output_size_depends_on_values_names_its_line() -> None:
     message = str(info.value)
     assert message.startswith("the size of _unique2's output depends on values: ")
     assert f"{HERE}:{line_of('kinds = torch.unique(x.round())')}: kinds = torch.unique(x.round())" in message
+
+
+class CastToNumber(nn.Module):
+    """An answered check cast to a number: it may become a size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = torch.isfinite(x).all().long().item()  # a number, not a check
+        return self.proj(x[: n + 1])
+
+
+class ChangedInPlace(nn.Module):
+    """A check an in-place op made depend on values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ok = torch.isfinite(x).all()
+        ok &= x.sum() > 3  # no longer the validation check's answer
+        if ok:
+            x = x * 2
+        return self.proj(x)
+
+
+class NoneExceptional(nn.Module):
+    """``any(dim)`` answered "no exceptional element": its nonzero selects none."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bad = torch.isnan(x).any(dim=1)
+        return self.proj(x) + bad.nonzero().numel()
+
+
+@pytest.mark.parametrize("model", [CastToNumber, ChangedInPlace], ids=["cast", "in-place"])
+def test_an_answer_does_not_outlive_its_check(model: type[nn.Module]) -> None:
+    with pytest.raises(HostReadError, match="a value read on the host decides what the step runs"):
+        trace(lambda: (model(), torch.randn(4, 8)))
+
+
+def test_nonzero_of_a_no_exceptional_element_mask_selects_none() -> None:
+    _, m = trace(lambda: (NoneExceptional(), torch.randn(4, 8)))
+    assert [r.answer for r in reads_of(m)] == ["none selected"]

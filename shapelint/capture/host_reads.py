@@ -166,6 +166,9 @@ class HostReads:
             where = f"{file}:{line}: {cap_length(source, _SOURCE_CAP)}" if source else f"{file}:{line}"
             raise HostReadError(f"the size of {func.overloadpacket.__name__}'s output depends on values: {where} "
                                 f"({_ADVICE})") from None
+        if self._answers and id(args[0]) in self._answers and not kind & (_K_SAME | _K_NOT) \
+                and func._schema.is_mutable:
+            del self._answers[id(args[0])]  # an in-place op (``ok &= y > 3``) made it depend on values
         if kind or self._routed:
             self._follow(kind, args, kwargs, out)
         return out
@@ -178,7 +181,9 @@ class HostReads:
             self._tag(out, bool(kind & _K_ALL))
         elif kind & (_K_SAME | _K_NOT) and self._answers:
             answer = self._answer(args[0])
-            if answer is not None:
+            # a view or a boolean copy reads the same; a cast to a number (``.long()``) may
+            # become a size, which no answer may decide
+            if answer is not None and isinstance(out, torch.Tensor) and out.dtype == torch.bool:
                 self._tag(out, answer ^ bool(kind & _K_NOT))
 
     def _mark_routed(self, out: Any) -> None:
@@ -197,13 +202,11 @@ class HostReads:
     def _read(self, t: FakeTensor) -> Any:
         answer = self._answer(t)
         file, line, source = read_site()
-        if answer is None or t.numel() != 1:
+        if answer is None or t.numel() != 1 or t.dtype != torch.bool:
             where = f"{file}:{line}: {cap_length(source, _SOURCE_CAP)}" if source else f"{file}:{line}"
             raise HostReadError(f"a value read on the host decides what the step runs: {where} ({_ADVICE})")
         self._note(HostRead(file, line, source, str(answer)))
-        if t.dtype == torch.bool:
-            return answer
-        return float(answer) if t.is_floating_point() else int(answer)
+        return answer
 
     def _nonzero(self, mask: FakeTensor) -> torch.Tensor:
         """Every element of a fake mask selected: ``(numel, ndim)`` indices; a mask made
@@ -213,6 +216,10 @@ class HostReads:
         if _has(self._routed, mask):
             raise HostReadError(f"a routing decision read on the host decides the shapes: {file}:{line}: "
                                 f"{cap_length(source, _SOURCE_CAP)} (each expert's tokens; {_ROUTING_ADVICE})")
+        if self._answer(mask) is False:  # ``x.any(dim)``'s "no exceptional element": none selected
+            self._note(HostRead(file, line, source, "none selected"))
+            with mask.fake_mode:
+                return torch.empty((0, mask.dim()), dtype=torch.long, device=mask.device)
         self._note(HostRead(file, line, source, "all selected"))
         with mask.fake_mode:
             return torch.empty((mask.numel(), mask.dim()), dtype=torch.long, device=mask.device)
