@@ -166,3 +166,20 @@ def test_unused_suppression_in_sarif_has_its_documentation(here: Path, capsys: p
     [result] = doc["runs"][0]["results"]
     assert rc == 1 and result["ruleId"] == "SL900" and result["level"] == "warning"
     assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == LINEAR_LINE
+
+
+def test_an_unused_suppression_finding_is_suppressed_by_its_own_code(here: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """As ruff's RUF100 under its own code: the SL900 finding was added after the
+    comments were applied, so no comment could silence it."""
+    write_model(here, "keep.py", in_features=1024, comment="# shapelint: ignore[SL101, SL900]")
+    argv = ["--no-config", "--no-cache", "--output-format", "concise", "--extend-select", "SL900"]
+    rc, out, _ = run(["keep.py", *argv], capsys)
+    assert (rc, out) == (0, "All checks passed!\n")
+
+
+def test_a_prefix_as_short_as_the_family_does_not_select_an_opt_in_rule(here: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    for prefix in ("S", "SL"):
+        _, out, _ = run(["--list-rules", "--no-config", "--select", prefix], capsys)
+        assert "SL900" not in out and "SL101" in out

@@ -105,7 +105,7 @@ def check_config_codes(cfg: Config, rules: Sequence[Named]) -> None:
     checks += [("per-module-ignores", codes) for codes in (cfg.per_module_ignores or {}).values()]
     for key, codes in checks:
         try:
-            selection.check_codes([*rules, *META], codes)
+            selection.check_codes([*rules, *(m for m in META if m not in rules)], codes)
         except ShapelintError as exc:
             raise ShapelintError(f"{cfg.where(key)}: {key}: {exc}") from None
 

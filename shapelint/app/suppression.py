@@ -15,6 +15,7 @@ from pathlib import Path
 from shapelint.app.config import module_ignored
 from shapelint.load.targets import PY_SUFFIX, YAML_SUFFIXES
 from shapelint.locate import suppress
+from shapelint.model.records import Finding
 from shapelint.pipeline.result import Result
 from shapelint.pipeline.run import with_findings
 
@@ -53,7 +54,16 @@ class Suppression:
 
         ran = {code for f in findings for code in (f.code, f.name)} | set(self.ran)
         idle = unused(self._files(result), findings, ran, self.reader)
+        # an SL900 finding is suppressed by a comment naming it (``ignore[SL900]``), as ruff's
+        # RUF100 by its own code; a bare ignore that suppresses nothing is still reported
+        idle = [replace(f, suppressed=True) if self._names_it(f) else f for f in idle]
         return replace(out, findings=[*out.findings, *idle]) if idle else out
+
+    def _names_it(self, f: Finding) -> bool:
+        """Whether ``f``'s line has an ignore comment that names its code or name."""
+        line = self.reader.line(f.source.file, f.source.line) if f.source else None
+        codes = suppress.codes_on_line(line) if line is not None else None
+        return codes is not None and codes is not suppress.ALL and bool({f.code, f.name} & codes)
 
     def _files(self, result: Result) -> list[str]:
         """The commented files of the target and of its findings' sources."""

@@ -45,7 +45,8 @@ def check_codes(rules: Sequence[Named], codes: Sequence[str]) -> None:
 
 def matches(rule: Named, selectors: Sequence[str], opt_in: bool = False) -> bool:
     """``rule`` is named by one of ``selectors`` (for an opt-in rule: not by ``SL`` alone)."""
-    return any(rule.name == s or (rule.code.startswith(s) and not (opt_in and s == FAMILY)) for s in selectors)
+    return any(rule.name == s or (rule.code.startswith(s) and not (opt_in and len(s) <= len(FAMILY)))
+               for s in selectors)
 
 
 def select(rules: Sequence[R], *, select: Sequence[str] | None = None, ignore: Sequence[str] = (),
