@@ -324,6 +324,11 @@ def install() -> bool:
             _REAL[name] = importlib.import_module(name)
         except Exception:  # noqa: BLE001, S112 - not installed (or broken): the reference path
             continue
+    # every module of the real packages goes, not only the four the stand-ins replace: a
+    # cached real ``mamba_ssm.ops.triton.ssd_combined`` would be imported by transformers'
+    # kernel lookup and run Triton kernels on the trace's fake tensors
+    for name in [n for n in sys.modules if n.split(".", 1)[0] in ("mamba_ssm", "causal_conv1d")]:
+        del sys.modules[name]
     sys.modules.update(stand_ins())
     return True
 

@@ -46,6 +46,7 @@ from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
 from shapelint.hardware.collectives import Collectives
 from shapelint.model.parallel import Collective, Communication, ParallelPlan
+from shapelint.price.kernels import memory_kernel_ms
 from shapelint.price.step import StepTime
 
 MIB = 1 << 20
@@ -59,7 +60,8 @@ BACKWARD_SHARE = 2 / 3
 def collectives_of(hw: Hardware) -> Collectives:
     if hw.collectives is None:
         raise ShapelintError(f"GPU profile {hw.key} has no collectives table, so no parallel layout can be priced on "
-                             "it; use a profile with one (h100-sxm, h200) or `shapelint calibrate` on several GPUs")
+                             "it; use a profile with one (h100-sxm, h200), or add a `collectives:` section measured with "
+                             "benchmarks/multi_gpu_step.py (docs/gpu-profiles.md)")
     return hw.collectives
 
 
@@ -113,10 +115,7 @@ def with_communication(t: StepTime, comm: Communication, world_size: int, hw: Ha
 
 def _copy_ms(nbytes: float, hw: Hardware) -> float:
     """A memory-bound copy of ``nbytes`` (read + write) on the compute stream."""
-    if nbytes <= 0:
-        return 0.0
-    return max(2 * nbytes / (hw.memory_bandwidth_gbps * 1e9 * hw.step.elementwise_efficiency) * 1e3,
-               hw.step.min_kernel_us * 1e-3)
+    return memory_kernel_ms(2 * nbytes, hw.step.elementwise_efficiency, hw) if nbytes > 0 else 0.0
 
 
 def buckets(grads: Sequence[int], first: int = FIRST_BUCKET_BYTES, cap: int = BUCKET_BYTES) -> list[int]:
