@@ -255,3 +255,20 @@ def test_an_attention_with_unknown_names_is_sharded_by_structure(tmp_path: Path,
     assert fwd["d:addmm"]["k"] == 256  # the output projection: row
     assert fwd["<root>:sdpa.qk"]["batch"] == 8 * 16 // 4  # 4 of the 16 heads on each GPU
     assert doc["summary"]["parallel"]["not_sharded"] == []
+
+
+def test_fsdp_groups_every_block_of_an_encoder_decoder() -> None:
+    """T5's decoder blocks went into the root group (only the longest stack was
+    grouped), and the root's gathers are priced exposed."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from shapelint.capture.parallel_plan import _groups
+
+    cfg = T5Config(num_layers=4, num_decoder_layers=3, d_model=64, d_ff=128, num_heads=4, d_kv=16, vocab_size=256)
+    model = T5ForConditionalGeneration(cfg)
+    trained = dict(model.named_parameters())
+    groups = _groups(model, trained, lambda n, p: p.numel() * 4)
+    assert [g.name for g in groups] == ["<root>", *(f"encoder.block.{i}" for i in range(4)),
+                                        *(f"decoder.block.{i}" for i in range(3))]
+    assert sum(g.nbytes for g in groups) == sum(p.numel() * 4 for p in model.parameters())
+    assert groups[0].nbytes == 256 * 64 * 4 + 2 * 64 * 4  # the shared embedding and the two final norms

@@ -63,12 +63,15 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
 
 def _groups(model: torch.nn.Module, trained: dict[str, torch.Tensor],
             nbytes: Callable[[str, torch.Tensor], int]) -> tuple[ParamGroup, ...]:
-    """The root group first, then one per block of the outermost repeated layers."""
-    found = stacks(model)
-    blocks = max(found, key=lambda s: len(s[1]))[1] if found else []
+    """The root group first, then one per block of every stack of repeated layers, in
+    the model's order (an encoder-decoder's encoder and decoder blocks alike; a stack
+    inside a block is that block's)."""
+    blocks = [(path, block) for _, stack in stacks(model) for path, block in stack]
     in_block: set[str] = set()
-    out = []
+    out: list[ParamGroup] = []
     for path, block in blocks:
+        if any(path.startswith(f"{g.name}.") for g in out):
+            continue
         names = [f"{path}.{n}" for n, q in block.named_parameters() if f"{path}.{n}" in trained]
         in_block.update(names)
         out.append(ParamGroup(path, sum(nbytes(n, trained[n]) for n in names), len(names)))
