@@ -129,6 +129,18 @@ def _has(table: _Table, t: Any) -> bool:
     return entry is not None and entry[0]() is t
 
 
+def _called(func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any], call: Call) -> Any:
+    """``call`` of ``func``; an op whose output size depends on fake values (``unique``,
+    ``masked_select``, ``repeat_interleave``) is one error line naming its line."""
+    try:
+        return call(func, types, args, kwargs)
+    except (DataDependentOutputException, DynamicOutputShapeException):
+        file, line, source = read_site()
+        where = f"{file}:{line}: {cap_length(source, _SOURCE_CAP)}" if source else f"{file}:{line}"
+        raise HostReadError(f"the size of {func.overloadpacket.__name__}'s output depends on values: {where} "
+                            f"({_ADVICE})") from None
+
+
 class HostReadError(ShapelintError):
     """A value read on the host decides what the step runs (one line: where, what)."""
 
@@ -159,19 +171,18 @@ class HostReads:
             tensors = _tensors(args, kwargs)
             if not any(isinstance(t, FakeTensor) for t in tensors):
                 return _real_or_fake(func, types, args, kwargs, call, bool(tensors))
-        try:
-            out = call(func, types, args, kwargs)
-        except (DataDependentOutputException, DynamicOutputShapeException):
-            file, line, source = read_site()  # unique, masked_select, repeat_interleave... of fake data
-            where = f"{file}:{line}: {cap_length(source, _SOURCE_CAP)}" if source else f"{file}:{line}"
-            raise HostReadError(f"the size of {func.overloadpacket.__name__}'s output depends on values: {where} "
-                                f"({_ADVICE})") from None
-        if self._answers and id(args[0]) in self._answers and not kind & (_K_SAME | _K_NOT) \
-                and func._schema.is_mutable:
-            del self._answers[id(args[0])]  # an in-place op (``ok &= y > 3``) made it depend on values
+        out = _called(func, types, args, kwargs, call)
+        if self._answers and id(args[0]) in self._answers:
+            self._forget_if_changed(func, kind, args[0])
         if kind or self._routed:
             self._follow(kind, args, kwargs, out)
         return out
+
+    def _forget_if_changed(self, func: Any, kind: int, t: Any) -> None:
+        """An in-place op (``ok &= y > 3``) made a tagged tensor depend on values: its
+        read is no longer the check's answer."""
+        if not kind & (_K_SAME | _K_NOT) and func._schema.is_mutable:
+            del self._answers[id(t)]
 
     def _follow(self, kind: int, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         """Tag ``out`` with what a read of it answers, and as routing where it is one."""
