@@ -16,6 +16,8 @@ every collective, so the slowest rank sets the pace of all) and it writes the
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -54,11 +56,32 @@ def verify_parallel(r: Result, schedule: Schedule, note: Callable[[str], None] =
                "-m", "shapelint.measure.parallel_worker", str(given), str(got), "--device", kind,
                "--rounds", str(s.rounds), "--steps", str(s.steps), "--warmup", str(s.warmup)]
         note(f"{r.target}: torchrun, {r.parallel.layout.describe()}")
-        done = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, timeout=TIMEOUT_S, check=False)
-        if done.returncode != 0 or not got.exists():
-            raise ShapelintError(f"{r.target}: --verify --step under torchrun failed (exit {done.returncode}; "
+        returncode = _torchrun(cmd, r.target)
+        if returncode != 0 or not got.exists():
+            raise ShapelintError(f"{r.target}: --verify --step under torchrun failed (exit {returncode}; "
                                  "its output is above)")
         v: StepVerification = serial.decode(StepVerification, json.loads(got.read_text()))
         return v
 
 
+def _torchrun(cmd: list[str], target: str) -> int:
+    """Run torchrun in a process group of its own: past ``TIMEOUT_S`` (or on an
+    interrupt) the whole group is killed, its rank workers too, which would otherwise
+    keep holding the GPUs; a timeout is one error line for this target."""
+    proc = subprocess.Popen(cmd, stdout=sys.stderr, stderr=sys.stderr, start_new_session=True)
+    try:
+        return proc.wait(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise ShapelintError(f"{target}: --verify --step under torchrun ran past {TIMEOUT_S} s; stopped it") from None
+    except BaseException:
+        _kill_group(proc)
+        raise
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
