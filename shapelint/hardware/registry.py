@@ -11,6 +11,7 @@ value is checked before use (:mod:`shapelint.hardware.check`).
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,14 @@ def _shipped_yaml(path: Path) -> Any:
 def _arch_table() -> dict[str, Any]:
     doc = _shipped_yaml(PROFILE_DIR / "_arch.yaml")
     return dict(doc)
+
+
+def _collectives_doc(value: Any) -> Any:
+    """A profile's ``collectives:`` table, or the name of the shipped profile whose table
+    it shares (``collectives: h100-sxm``: one measured table, not a copy)."""
+    if isinstance(value, str) and re.fullmatch(r"[a-z0-9][a-z0-9-]*", value) and (PROFILE_DIR / f"{value}.yaml").is_file():
+        return _shipped_yaml(PROFILE_DIR / f"{value}.yaml").get("collectives")
+    return value
 
 
 def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware:
@@ -105,7 +114,7 @@ def _hardware(doc: dict[str, Any], arch: dict[str, Any], key: str, file: str) ->
         misaligned_memory_efficiency=table("misaligned_memory_efficiency"),
         step=StepProfile(**{k: float(v) for k, v in {**arch.get("step", {}), **(doc.get("step") or {})}.items()}),
         file=file,
-        collectives=parse_collectives(doc.get("collectives"), file or key),
+        collectives=parse_collectives(_collectives_doc(doc.get("collectives")), file or key),
     )
 
 
