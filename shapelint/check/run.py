@@ -10,6 +10,7 @@ import pkgutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from shapelint.check import selection
 from shapelint.check.rule_api import Rule, RuleContext
 from shapelint.errors import ShapelintError, one_line
 from shapelint.hardware import Hardware
@@ -53,16 +54,9 @@ def _validated(rules: list[Rule]) -> tuple[Rule, ...]:
 
 
 def select_rules(rules: Sequence[Rule], select: Sequence[str], ignore: Sequence[str]) -> list[Rule]:
-    """ruff-style selection: a code or a code prefix (``SL1``), or a rule name."""
-    known = {r.code for r in rules} | {r.name for r in rules}
-    for code in [*select, *ignore]:
-        if not any(k.startswith(code) for k in known if k.startswith("SL")) and code not in known:
-            raise ShapelintError(f"unknown rule code {code!r} (known: {', '.join(sorted(r.code for r in rules))})")
-
-    def match(rule: Rule, codes: Sequence[str]) -> bool:
-        return any(rule.code.startswith(c) or rule.name == c for c in codes)
-
-    return [r for r in rules if (not select or match(r, select)) and not match(r, ignore)]
+    """ruff-style selection: a code or a code prefix (``SL1``), or a rule name
+    (:func:`shapelint.check.selection.select`, the one the command uses)."""
+    return selection.select(rules, select=select or None, ignore=ignore)
 
 
 def run_rules(rules: Iterable[Rule], gemms: Sequence[Gemm], hw: Hardware, ctx: RuleContext) -> list[Proposal]:
