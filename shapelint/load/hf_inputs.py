@@ -63,6 +63,9 @@ SEED = 0
 
 
 def _generator() -> torch.Generator:
+    """The inputs' seeded generator. It is a CPU one, and the inputs are drawn on the CPU
+    (``device="cpu"`` at each draw): ``--verify --step`` builds under ``torch.device("cuda")``,
+    where a CPU generator is refused, then moves the inputs to the GPU."""
     return torch.Generator().manual_seed(SEED)
 
 
@@ -91,7 +94,7 @@ def _token_ids(config: Any, batch: int, seq: int | None, decoder: bool = False) 
     specials = [i for i in special_ids(config, text) if 0 <= i < vocab]
     if len(specials) >= vocab:
         specials = []
-    ids = torch.randint(0, vocab - len(specials), (batch, tokens), generator=_generator())
+    ids = torch.randint(0, vocab - len(specials), (batch, tokens), generator=_generator(), device="cpu")
     for special in specials:  # the r-th id that is not special
         ids += (ids >= special).long()
     image = None if decoder else image_tokens(config)
@@ -133,7 +136,7 @@ def _pixels(config: Any, batch: int, seq: int | None) -> torch.Tensor:
     vision = getattr(config, "vision_config", None) or config
     size = getattr(vision, "image_size", None) or DEFAULT_IMAGE_SIZE
     height, width = (size, size) if isinstance(size, int) else (int(size[0]), int(size[-1]))
-    pixels = torch.randn(batch, int(getattr(vision, "num_channels", 3)), height, width, generator=_generator())
+    pixels = torch.randn(batch, int(getattr(vision, "num_channels", 3)), height, width, generator=_generator(), device="cpu")
     return pixels.unsqueeze(1) if getattr(config, "model_type", "") in IMAGES_PER_EXAMPLE else pixels
 
 
@@ -142,12 +145,12 @@ def _speech_features(config: Any, batch: int, seq: int | None) -> torch.Tensor:
     if not (isinstance(mels, int) and isinstance(source, int)):
         raise ShapelintError("input_features without num_mel_bins and max_source_positions in the config")
     # two stride-1/stride-2 convolutions halve the frames
-    return torch.randn(batch, mels, 2 * source, generator=_generator())
+    return torch.randn(batch, mels, 2 * source, generator=_generator(), device="cpu")
 
 
 def _audio(config: Any, batch: int, seq: int | None) -> torch.Tensor:
     stride = math.prod(int(s) for s in getattr(config, "conv_stride", (1,)))
-    return torch.randn(batch, (seq or DEFAULT_SEQ) * stride, generator=_generator())
+    return torch.randn(batch, (seq or DEFAULT_SEQ) * stride, generator=_generator(), device="cpu")
 
 
 def _codebook_labels(config: Any, decoder_ids: torch.Tensor) -> torch.Tensor | None:
@@ -160,7 +163,7 @@ def _codebook_labels(config: Any, decoder_ids: torch.Tensor) -> torch.Tensor | N
         return None
     vocab = int(getattr(decoder, "vocab_size", 2) or 2)
     batch, tokens = decoder_ids.shape
-    return torch.randint(0, vocab, (batch, tokens, k), generator=_generator())
+    return torch.randint(0, vocab, (batch, tokens, k), generator=_generator(), device="cpu")
 
 
 #: model classes whose loss is over token labels shaped like their (decoder) input ids
