@@ -34,7 +34,6 @@ from collections.abc import Iterable, Sequence
 from shapelint.check.rule_api import Example, RuleContext, phases
 from shapelint.hardware import Hardware
 from shapelint.model.records import (
-    ATTN_ROLES,
     Change,
     Dim,
     Gemm,
@@ -43,7 +42,7 @@ from shapelint.model.records import (
     SizeSearch,
     Suggestion,
 )
-from shapelint.physics.alignment import is_aligned, misaligned_leading_dims
+from shapelint.physics.alignment import misaligned_layer_sizes
 from shapelint.physics.reshape import resize
 
 CODE = "SL101"
@@ -74,27 +73,11 @@ GOOD = [
 
 
 def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]:
-    seen: set[tuple[str, int]] = set()
-    for g in gemms:
-        if not hardware.uses_tensor_cores(g.dtype) or g.role in ATTN_ROLES or g.role == "conv":
-            continue
-        if is_aligned(g, hardware):
-            continue
-        for value in sorted(misaligned_leading_dims(g, hardware)):
-            # a leading dimension that is none of m, n, k is the stride of a view
-            # (Longformer's overlapping chunks, SpeechT5's relative-position operand
-            # with rows 1023² apart): no size of the layer sets it
-            if (value not in (g.m, g.n, g.k) or context.is_vocab_dim(value) or (g.module, value) in seen
-                    or _aligned_whole(value, g, hardware, context)):
-                continue
-            seen.add((g.module, value))
-            covered = tuple(h for h in gemms if h.module == g.module and value in (h.m, h.n, h.k))
-            yield _proposal(covered, value, hardware, context)
+    def skip(value: int, g: Gemm) -> bool:
+        return context.is_vocab_dim(value) or context.is_shard_of_aligned(value, g, hardware)
 
-
-def _aligned_whole(value: int, g: Gemm, hw: Hardware, context: RuleContext) -> bool:
-    """A tensor-parallel shard of a size aligned on one GPU: SL601's."""
-    return context.tp > 1 and g.module in context.sharded and (value * context.tp) % hw.align_elems(g.dtype_bytes) == 0
+    for value, covered in misaligned_layer_sizes(gemms, hardware, skip):
+        yield _proposal(covered, value, hardware, context)
 
 
 def _proposal(covered: tuple[Gemm, ...], value: int, hw: Hardware, context: RuleContext) -> Proposal:

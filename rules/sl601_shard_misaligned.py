@@ -34,7 +34,6 @@ from collections.abc import Iterable, Sequence
 from shapelint.check.rule_api import Example, RuleContext, phases
 from shapelint.hardware import Hardware
 from shapelint.model.records import (
-    ATTN_ROLES,
     Change,
     Dim,
     Gemm,
@@ -43,7 +42,7 @@ from shapelint.model.records import (
     SizeSearch,
     Suggestion,
 )
-from shapelint.physics.alignment import misaligned_leading_dims
+from shapelint.physics.alignment import misaligned_layer_sizes
 from shapelint.physics.reshape import resize
 
 CODE = "SL601"
@@ -68,25 +67,15 @@ GOOD = [
 ]
 
 
-def shard_only(value: int, g: Gemm, hw: Hardware, context: RuleContext) -> bool:
-    """``value`` is a shard of a tensor-parallel layer whose whole size is aligned."""
-    align = hw.align_elems(g.dtype_bytes)
-    return context.tp > 1 and g.module in context.sharded and value % align != 0 and (value * context.tp) % align == 0
-
-
 def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]:
     if context.tp <= 1:
         return
-    seen: set[tuple[str, int]] = set()
-    for g in gemms:
-        if not hardware.uses_tensor_cores(g.dtype) or g.role in ATTN_ROLES or g.role == "conv":
-            continue
-        for value in sorted(misaligned_leading_dims(g, hardware)):
-            if context.is_vocab_dim(value) or (g.module, value) in seen or not shard_only(value, g, hardware, context):
-                continue
-            seen.add((g.module, value))
-            covered = tuple(h for h in gemms if h.module == g.module and value in (h.m, h.n, h.k))
-            yield _proposal(covered, value, hardware, context)
+
+    def skip(value: int, g: Gemm) -> bool:
+        return context.is_vocab_dim(value) or not context.is_shard_of_aligned(value, g, hardware)
+
+    for value, covered in misaligned_layer_sizes(gemms, hardware, skip):
+        yield _proposal(covered, value, hardware, context)
 
 
 def _proposal(covered: tuple[Gemm, ...], value: int, hw: Hardware, context: RuleContext) -> Proposal:

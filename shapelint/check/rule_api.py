@@ -83,6 +83,11 @@ class RuleContext:
         """``value`` is a vocabulary size, or one GPU's shard of one."""
         return any(value in (v, -(-v // self.tp)) for v in self.vocab_sizes)
 
+    def is_shard_of_aligned(self, value: int, g: Gemm, hw: Hardware) -> bool:
+        """``value`` sizes ``g`` as one GPU's shard of a tensor-parallel layer whose whole
+        size (``value`` × ``tp``) is aligned: SL601 reports it, SL101 leaves it."""
+        return self.tp > 1 and g.module in self.sharded and (value * self.tp) % hw.align_elems(g.dtype_bytes) == 0
+
 
 class CheckFunction(Protocol):
     def __call__(self, gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]: ...

@@ -7,8 +7,10 @@ token count) does not matter. The one definition of that rule.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
+
 from shapelint.hardware import Hardware
-from shapelint.model.records import Gemm, Operand
+from shapelint.model.records import ATTN_ROLES, Gemm, Operand
 
 
 def aligned_bytes(value_elems: int, dtype_bytes: int, cap: int = 16) -> int:
@@ -53,3 +55,22 @@ def misaligned_leading_dims(g: Gemm, hw: Hardware) -> set[int]:
     the alignment rule."""
     align = hw.align_elems(g.dtype_bytes)
     return {op.ld for op in (g.a, g.b, g.out) if op.in_memory and not op.single_line and op.ld % align}
+
+
+def misaligned_layer_sizes(gemms: Sequence[Gemm], hw: Hardware,
+                           skip: Callable[[int, Gemm], bool]) -> Iterator[tuple[int, tuple[Gemm, ...]]]:
+    """Each size that is a misaligned leading dimension of a layer's tensor-core GEMM
+    (not attention's, not a convolution's), once per layer and size, with every GEMM of
+    that layer it sizes; ``skip(size, gemm)`` leaves a size out (it is looked at again
+    on the layer's next GEMM). A leading dimension that is none of m, n, k is the stride
+    of a view (Longformer's overlapping chunks, SpeechT5's relative-position operand with
+    rows 1023² apart): no size of the layer sets it."""
+    seen: set[tuple[str, int]] = set()
+    for g in gemms:
+        if not hw.uses_tensor_cores(g.dtype) or g.role in ATTN_ROLES or g.role == "conv" or is_aligned(g, hw):
+            continue
+        for value in sorted(misaligned_leading_dims(g, hw)):
+            if value not in (g.m, g.n, g.k) or (g.module, value) in seen or skip(value, g):
+                continue
+            seen.add((g.module, value))
+            yield value, tuple(h for h in gemms if h.module == g.module and value in (h.m, h.n, h.k))
