@@ -68,21 +68,10 @@ def one(target: Path, flops: bool) -> dict[str, Any]:
 def flop_check(target: Path) -> dict[str, Any]:
     """shapelint's GEMM FLOPs against FlopCounterMode's on the same step, per op."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from test_models_corpus import ATTENTION_FLOPS, expected_counter
-    from torch.utils.flop_counter import FlopCounterMode
+    from test_models_corpus import expected_counter, traced
 
-    from shapelint.capture.precision import to_precision
-    from shapelint.capture.run import capture
-    from shapelint.load.run import load
-
-    loaded = load(target)
-    with loaded.fake_mode:
-        inputs = to_precision(loaded.model, loaded.inputs, "bf16")
-        counter = FlopCounterMode(display=False, custom_mapping=ATTENTION_FLOPS)
-        with counter:
-            cap = capture(loaded.model, inputs, precision="bf16", defined_at=loaded.defined_at)
-    counts = {str(op).split(".")[-1]: n for op, n in counter.get_flop_counts()["Global"].items()}
-    expected = expected_counter(cap.gemms)
+    gemms, counts = traced(target, batch=None, seq=None)
+    expected = expected_counter(gemms)
     return {"flops_equal": counts == expected, "flop_counter": sum(counts.values()),
             "shapelint_flops": sum(expected.values())}
 

@@ -99,10 +99,11 @@ ATTENTION_FLOPS = {
 
 
 @functools.cache
-def traced(path: Path, batch: int = BATCH, seq: int = SEQ) -> tuple[tuple[Gemm, ...], dict[str, int]]:
+def traced(path: Path, batch: int | None = BATCH, seq: int | None = SEQ) -> tuple[tuple[Gemm, ...], dict[str, int]]:
     """The capture and FlopCounterMode's per-op totals, from one run of the step
     (once per model: several tests, here and in tests/test_models_tp.py, read them;
-    the records are frozen and kept in a tuple)."""
+    the records are frozen and kept in a tuple). ``batch``/``seq`` None: the loader's
+    defaults (``benchmarks/real_corpus.py``)."""
     loaded = load(path, batch=batch, seq=seq)
     with loaded.fake_mode:
         inputs = to_precision(loaded.model, loaded.inputs, "bf16")
