@@ -33,20 +33,12 @@ sys.path.insert(0, str(HERE))
 def use_this_checkout() -> None:
     """Import shapelint from this checkout, ``rules/`` as ``shapelint.rules`` (what an
     install maps), whatever else is installed: the GPU machine gets a copy of the tree."""
-    import importlib.util
+    from checkout import map_rules
 
     sys.path.insert(0, str(ROOT))
     for name in [m for m in sys.modules if m == "shapelint" or m.startswith("shapelint.")]:
         del sys.modules[name]
-    import shapelint
-
-    spec = importlib.util.spec_from_file_location("shapelint.rules", ROOT / "rules" / "__init__.py",
-                                                  submodule_search_locations=[str(ROOT / "rules")])
-    assert spec is not None and spec.loader is not None
-    rules = importlib.util.module_from_spec(spec)
-    sys.modules["shapelint.rules"] = rules
-    spec.loader.exec_module(rules)
-    shapelint.rules = rules  # type: ignore[attr-defined]
+    map_rules()
 
 #: measured layout → shapelint's options
 LAYOUTS = {"none": {}, "ddp": {"dp": 2}, "fsdp": {"fsdp": 2}, "tp_pmi": {"tp": 2}}

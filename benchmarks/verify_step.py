@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import importlib.util
 import json
 import os
 import sys
@@ -180,15 +179,9 @@ def importable_rules() -> None:
         return
     except ImportError:
         pass
-    spec = importlib.util.spec_from_file_location("shapelint.rules", ROOT / "rules" / "__init__.py",
-                                                  submodule_search_locations=[str(ROOT / "rules")])
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["shapelint.rules"] = module
-    spec.loader.exec_module(module)
-    import shapelint
+    from checkout import map_rules
 
-    shapelint.rules = module  # type: ignore[attr-defined]
+    map_rules()
 
 
 def config_for(model: str, tiny: bool) -> tuple[dict[str, Any], int, int]:
