@@ -1,17 +1,14 @@
 """Attention written as matmul → softmax → matmul materialises the score matrix.
 
 ## What it does
-Finds attention computed by hand: a batched matmul whose operand came out of a
-softmax (``softmax(q @ kᵀ) @ v``) together with the batched matmul before it that
-produced the ``[.., Tq, Tk]`` scores, in the same module (``nn.MultiheadAttention``
-with ``need_weights=True``, the default, runs this way too). It reports, per
-module, the memory traffic of the score matrix that a fused
-``F.scaled_dot_product_attention`` kernel never writes: the QKᵀ GEMM writes S, the
-softmax reads S and writes P, the PV GEMM reads P; backward writes dP, the softmax
-backward reads P and dP and writes dS, and two GEMMs read dS. The estimate
-compares those GEMMs plus the softmax passes (at the profile's memory bandwidth)
-with the fused kernel's GEMMs (the scores stay on chip; the backward recomputes
-QKᵀ once).
+Finds attention computed by hand: a batched matmul reading a softmax's output
+(``softmax(q @ kᵀ) @ v``) and the batched matmul that produced those ``[.., Tq, Tk]``
+scores, in one module (also ``nn.MultiheadAttention`` with ``need_weights=True``, the
+default). Before: the two GEMMs and every op the step recorded over the scores
+(scaling, a mask or bias, autocast's fp32 casts around the softmax, dropout, and
+their backward), each priced as the step prices it. After: the fused kernel's GEMMs
+(scores on chip, QKᵀ recomputed in backward), with an additive mask where the chain
+masked (``bias_attention_efficiency``) and its dropout.
 
 ## Why is this bad?
 Each pass over a ``B·H·Tq·Tk`` matrix costs memory bandwidth that grows with the
@@ -21,9 +18,8 @@ bf16, forward + backward, GPU kernel time): B=8, H=12, T=1024, head_dim 64 takes
 0.91 ms written by hand against 0.28 ms with ``F.scaled_dot_product_attention``
 (3.2x); with a causal mask applied by ``masked_fill`` 1.91 ms against 0.22 ms with
 ``is_causal=True`` (8.5x); at T=2048 (B=4, H=16) 2.28 ms against 0.61 ms (3.7x),
-masked 4.92 ms against 0.43 ms (11.4x). The estimate counts the softmax passes
-only (not scaling, masking or dropout), so it sits between the two. The scores
-also cost ``B·H·T²`` elements of activation memory per layer.
+masked 4.92 ms against 0.43 ms (11.4x). Under bf16 autocast the softmax runs in
+fp32, with a cast each way: real models measured 3.5-15x on an H100 (2026-11-26).
 
 ## Example
 ```python
@@ -49,15 +45,16 @@ from torch import nn
 
 from shapelint.check.rule_api import Example, RuleContext
 from shapelint.hardware import Hardware
-from shapelint.model.records import Change, Gemm, Proposal, Severity, Suggestion, Work
+from shapelint.model.records import Change, Gemm, Op, Proposal, Severity, Suggestion, Work
 from shapelint.physics.attention import (
     GEMM_PASSES_BACKWARD,
     GEMM_PASSES_FORWARD,
-    SOFTMAX_PASSES_BACKWARD,
-    SOFTMAX_PASSES_FORWARD,
     HandWritten,
+    chain_names,
+    chain_needs,
+    chain_traffic_bytes,
     find_hand_written,
-    softmax_traffic_bytes,
+    score_chain,
 )
 
 CODE = "SL302"
@@ -73,10 +70,7 @@ class ManualAttention(nn.Module):
     def __init__(self, dim: int, heads: int, fused: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
         self.drop = nn.Dropout(dropout)  # on the probabilities (vit-pytorch, SpeechT5)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.heads = heads
-        self.fused = fused
+        self.qkv, self.proj, self.heads, self.fused = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim), heads, fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
@@ -116,32 +110,38 @@ GOOD = [
 
 def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]:
     for atts in find_hand_written(gemms).values():
-        yield _proposal(atts)
+        yield _proposal(atts, context.ops)
 
 
-def _proposal(atts: list[HandWritten]) -> Proposal:
+def _proposal(atts: list[HandWritten], ops: Sequence[Op]) -> Proposal:
     covered = tuple(g for att in atts for g in att.gemms)
     first = atts[0]
-    dtype_bytes = first.pv.dtype_bytes
     training = any(att.backward for att in atts)
-    score_bytes = sum(att.score_elems for att in atts) * dtype_bytes
-    softmax_bytes = sum(softmax_traffic_bytes(att.score_elems, dtype_bytes, bool(att.backward)) for att in atts)
-    passes = (SOFTMAX_PASSES_FORWARD + GEMM_PASSES_FORWARD
-              + (SOFTMAX_PASSES_BACKWARD + GEMM_PASSES_BACKWARD if training else 0))
+    score_bytes = sum(att.score_elems for att in atts) * first.pv.dtype_bytes
+    # the ops the step runs over the scores as recorded (no op stream: the softmax's passes)
+    chain = tuple(op for att in atts for op in score_chain(att, ops))
+    needs = chain_needs(chain)
+    chain_bytes = chain_traffic_bytes(atts, chain)
+    passes = GEMM_PASSES_FORWARD + GEMM_PASSES_BACKWARD * training + round(chain_bytes / score_bytes)
     change = Change(
         Suggestion("attention", "matmul-softmax-matmul", "F.scaled_dot_product_attention"),
-        tuple(g for att in atts for g in att.fused()),
-        f"attention written as matmul → softmax → matmul materialises the {first.tq}x{first.tk} "
-        f"score matrix ({first.pv.batch} batch·heads, {score_bytes / _MIB:.0f} MiB, about {passes} passes "
-        f"through memory per step); F.scaled_dot_product_attention keeps it on chip"
-        + ("; call nn.MultiheadAttention with need_weights=False" if first.qk.module_type == "MultiheadAttention"
-           else ""),
+        tuple(g for att in atts for g in att.fused(needs)), _message(first, score_bytes, chain, training),
         (("seq_q", first.tq), ("seq_k", first.tk), ("head_dim", first.qk.k), ("score_bytes", score_bytes),
-         ("score_passes", passes), ("traffic_bytes", score_bytes * passes), ("softmax_bytes", softmax_bytes)),
+         ("score_passes", passes), ("traffic_bytes", score_bytes * passes), ("softmax_bytes", chain_bytes),
+         ("score_kernels", len(chain))),
         # the fused backward computes QKᵀ again
-        added=Work(tuple(g for att in atts for g in att.recompute())),
+        added=Work(tuple(g for att in atts for g in att.recompute(needs))),
+        fuses=chain,
     )
-    # now: the GEMMs plus the softmax passes no GEMM record carries; the fix is in the
-    # forward code, so point at the line that ran the QKᵀ matmul
-    return Proposal(CODE, NAME, SEVERITY, covered, change, now=Work(covered, softmax_bytes),
-                    source=first.qk.source or first.qk.defined_at)
+    # now: the GEMMs plus the ops over the scores no GEMM record carries; the fix is in
+    # the forward code, so point at the line that ran the QKᵀ matmul
+    now = Work(covered, ops=chain) if chain else Work(covered, chain_bytes)
+    return Proposal(CODE, NAME, SEVERITY, covered, change, now=now, source=first.qk.source or first.qk.defined_at)
+
+
+def _message(first: HandWritten, score_bytes: int, chain: Sequence[Op], training: bool) -> str:
+    kernels = f"the {chain_names(chain)} kernels{' (and their backward)' * training}" if chain else "the softmax"
+    mha = "; call nn.MultiheadAttention with need_weights=False" if first.qk.module_type == "MultiheadAttention" else ""
+    return (f"attention written as matmul → softmax → matmul materialises the {first.tq}x{first.tk} score matrix "
+            f"({first.pv.batch} batch·heads, {score_bytes / _MIB:.0f} MiB), which its GEMMs and {kernels} stream "
+            f"through memory every step; F.scaled_dot_product_attention keeps it on chip{mha}")

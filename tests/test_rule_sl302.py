@@ -10,10 +10,15 @@ from torch import nn
 
 from shapelint.check.rule_api import RuleContext
 from shapelint.hardware import resolve
+from shapelint.measure.kernels import gpu_block_runner
+from shapelint.measure.score_chain import chain_of, replay
 from shapelint.model.records import Work
 from shapelint.physics.attention import softmax_traffic_bytes
 from shapelint.pipeline.run import trace
-from shapelint.price.gemm import total_ms, work_ms
+from shapelint.price import StepModel
+from shapelint.price.gemm import total_ms
+from shapelint.price.kernels import op_ms, work_ms
+from shapelint.price.step import Step, step_time
 
 H100 = resolve("h100")
 
@@ -127,3 +132,87 @@ def test_a_mask_times_anything_else_is_no_attention() -> None:
 
     _, fs = run(build)
     assert fs == []
+
+
+# -- the score chain: the ops the step runs over the scores, as recorded ------------------
+
+
+def chained(build, training: bool = True):
+    cap, _ = trace(build, precision="bf16", training=training)
+    ctx = RuleContext(precision="bf16", training=training, ops=tuple(cap.ops))
+    return cap, list(run_rule(sl302, cap.gemms, H100, ctx))
+
+
+def test_the_score_chain_is_priced_op_by_op_as_recorded() -> None:
+    """Autocast runs the softmax in fp32: the scaled, masked bf16 scores are cast up,
+    softmaxed and cast down (and back again in backward); each of those kernels is priced
+    as the step prices it, where the softmax's own 5 passes were counted before."""
+    cap, (f,) = chained(manual())
+    names = [(op.name, op.backward) for op in f.fuses]
+    assert names == [("mul", False), ("masked_fill", False), ("_to_copy", False), ("_softmax", False),
+                     ("_to_copy", False), ("_to_copy", True), ("_softmax_backward_data", True), ("_to_copy", True),
+                     ("masked_fill", True), ("mul", True)]
+    scores = 64 * 1024 * 1024
+    assert all(op.numel == scores for op in f.fuses)
+    by = {g.index: g for g in cap.gemms}
+    covered = [by[i] for i in f.gemms]
+    assert abs(f.est_ms - (total_ms(covered, H100) + sum(op_ms(op, H100) for op in f.fuses))) < 1e-9
+    assert f.fact("score_kernels") == 10
+    assert f.fact("softmax_bytes") == sum(op.bytes for op in f.fuses)
+    assert "mul, masked_fill, _to_copy, _softmax kernels (and their backward)" in f.message
+    # after: the fused kernel with the mask as an additive bias, at bias_attention_efficiency
+    assert f.after[0].extra == (("is_causal", False), ("with_bias", True))
+    assert 7 < f.est_speedup < 11  # measured 9.43x at (768, 12), H100, 2026-11-26
+
+
+def test_the_step_runs_the_fused_chain_no_more() -> None:
+    cap, (f,) = chained(manual())
+    step = Step(cap.gemms, cap.ops, cap.params)
+    before = step_time(step, H100)
+    after = step_time(step, H100, fused=frozenset(op.index for op in f.fuses))
+    chain_ms = sum(op_ms(op, H100) for op in f.fuses) + len(f.fuses) * H100.step.kernel_gap_us * 1e-3
+    assert after.kernels == before.kernels - len(f.fuses)
+    assert abs((before.gpu_ms - after.gpu_ms) - chain_ms) < 1e-9
+    model = StepModel(step, H100)
+    assert model.after([f]).gpu_ms < after.gpu_ms  # and the GEMMs run fused
+
+
+class BiasedAttention(nn.Module):
+    """T5-style: a learned position bias added to the scores (it needs a gradient)."""
+
+    def __init__(self, heads: int = 8, seq: int = 256) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(1, heads, seq, seq))
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q = k = v = x.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        return ((q @ k.transpose(-2, -1) + self.bias).softmax(-1) @ v).transpose(1, 2).reshape(b, t, c)
+
+
+def test_a_bias_gradient_leaves_the_chain() -> None:
+    """The sum of dS into the bias's gradient is not fused away: a fused kernel with a
+    bias that needs a gradient writes it too."""
+    cap, (f,) = chained(lambda: (BiasedAttention(), torch.randn(4, 256, 512)))
+    assert ("add", False) in [(op.name, op.backward) for op in f.fuses]
+    fused = {op.index for op in f.fuses}
+    leaving = [op for op in cap.ops if op.backward and op.kind == "reduction" and op.numel == 4 * 8 * 256 * 256
+               and op.out_numel < op.numel]
+    assert leaving and not fused & {op.index for op in leaving}
+
+
+def test_verify_replays_the_recorded_chain() -> None:
+    cap, (f,) = chained(manual(dim=128, heads=2, batch=1, seq=512))
+    chain = chain_of(f.fuses, f.module)
+    assert chain.steps == (("mul", 2), ("masked_fill", 2), ("_to_copy", 4), ("_softmax", 4), ("_to_copy", 2))
+    assert chain.masked and not chain.dropout
+    scores = torch.randn(2, 512, 512, dtype=torch.bfloat16)
+    out = replay(chain, scores, {4: torch.float32, 2: torch.bfloat16}, 512, 512)
+    assert out.dtype == torch.bfloat16 and out.shape == scores.shape
+    assert torch.allclose(out.float().sum(-1), torch.ones(2, 512), atol=1e-2)  # rows of probabilities
+    block = gpu_block_runner("cpu")(f, {g.index: g for g in cap.gemms})
+    assert block is not None
+    unfused, fused = block
+    dq, dk, dv = unfused()
+    assert dq.shape == (1, 2, 512, 64) and fused()[0].shape == dq.shape

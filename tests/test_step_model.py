@@ -23,10 +23,10 @@ from shapelint.model.records import Op, Slice
 from shapelint.physics.attention import AttentionCall, compiled_call, gpu_kernel, math_kernel
 from shapelint.pipeline.run import trace
 from shapelint.price import StepModel, best_after, inductor_note
-from shapelint.price.gemm import gemm_ms, work_ms
+from shapelint.price.gemm import gemm_ms
 from shapelint.price.host import serialised_ms
 from shapelint.price.inductor import compiled_gemm_ms, fused_regions, inductor_laid_out, pad_mm_padded
-from shapelint.price.kernels import attention_ms, memory_kernel_ms, op_ms, optimizer_ms
+from shapelint.price.kernels import attention_ms, memory_kernel_ms, op_ms, optimizer_ms, work_ms
 from shapelint.price.step import Step, slice_ms, step_time
 from tests._cli_helpers import run
 

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import torch
 
+from shapelint.capture.dropout import fused_dropout
 from shapelint.capture.host_reads import HostReadError
 from shapelint.capture.precision import autocast_context
 from shapelint.capture.recorder import Recorder, RecordingFakeMode, module_hooks, recording
@@ -203,7 +204,7 @@ def _run_step(rec: Recorder, model: torch.nn.Module, inputs: Any, precision: str
     """The step, recorded: forward in the step's precision and, when ``training``,
     backward from a dense gradient on every floating output that requires grad."""
     grad_ctx = contextlib.nullcontext() if training else torch.no_grad()
-    with (module_hooks(rec), fused_attention(), every_layer_runs(), recording(rec, model), grad_ctx,
+    with (module_hooks(rec), fused_attention(), fused_dropout(), every_layer_runs(), recording(rec, model), grad_ctx,
           replayer.installed() if replayer else contextlib.nullcontext()):
         with autocast_context(precision):
             out = call_model(model, inputs)

@@ -32,6 +32,7 @@ from shapelint.model.records import (
     Change,
     Dim,
     Gemm,
+    Op,
     Proposal,
     Severity,
     SizeSearch,
@@ -78,6 +79,9 @@ class RuleContext:
     tp: int = 1
     #: the layers tensor parallelism split (their GEMMs are one GPU's shard)
     sharded: frozenset[str] = frozenset()
+    #: the step's op stream (memory-bound ops, GEMM and attention markers), in order:
+    #: what a rule reads to say which ops its change folds away (``Change.fuses``)
+    ops: tuple[Op, ...] = ()
 
     def is_vocab_dim(self, value: int) -> bool:
         """``value`` is a vocabulary size, or one GPU's shard of one."""

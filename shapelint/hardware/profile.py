@@ -63,6 +63,10 @@ class StepProfile:
     #: measures its own host and writes the narrow band one host keeps between runs
     host_speed_fastest: float
     host_speed_slowest: float
+    #: fraction of a fused attention kernel's rate kept when it adds a floating-point
+    #: mask or bias to the scores (eager: attention written by hand that adds a mask,
+    #: rewritten with SDPA and that mask); 1 where not measured
+    bias_attention_efficiency: float = 1.0
 
 
 STEP_KEYS = tuple(StepProfile.__dataclass_fields__)

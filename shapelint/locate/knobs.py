@@ -36,7 +36,7 @@ import torch
 
 from shapelint.locate.config_keys import NOT_CONFIG_KEYS, is_library
 from shapelint.model.records import Finding, Gemm
-from shapelint.price.grouping import module_glob
+from shapelint.price.grouping import concatenated, module_glob
 
 #: names of sizes that are a sequence, a window or a position table, not a layer width
 SEQUENCE_LIKE = re.compile(r"^size$|window|seq|position|patch(es)?$|length|area|bucket|distance")
@@ -165,11 +165,8 @@ def _shape(f: Finding, gemms: dict[int, Gemm]) -> str:
 def _summed(members: Sequence[Finding]) -> dict[str, Any]:
     """The fields of a merged finding that add up over its members."""
     saved = [f.step_ms_saved for f in members if f.step_ms_saved is not None]
-    return dict(gemms=tuple(i for f in members for i in f.gemms), after=tuple(a for f in members for a in f.after),
-                est_ms=sum(f.est_ms for f in members), est_ms_after=sum(f.est_ms_after for f in members),
-                gemm_ms_after=tuple(x for f in members for x in f.gemm_ms_after),
-                slices=tuple(dict.fromkeys(x for f in members for x in f.slices)),
-                step_ms_saved=sum(saved) if saved else None)
+    return dict(concatenated(members), est_ms=sum(f.est_ms for f in members),
+                est_ms_after=sum(f.est_ms_after for f in members), step_ms_saved=sum(saved) if saved else None)
 
 
 def _merged(members: Sequence[Finding], gemms: dict[int, Gemm]) -> Finding:

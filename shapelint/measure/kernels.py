@@ -130,10 +130,14 @@ def _sdpa_runner(g: Gemm, dtype: Any, device: str) -> Callable[[], object] | Non
 
 
 def gpu_block_runner(device: str = "cuda") -> BlockRunner:
-    """Hand-written attention (a GEMM fed by a softmax) against the fused kernel:
-    QKᵀ, softmax, PV and their backward, or F.scaled_dot_product_attention."""
+    """Hand-written attention (a GEMM fed by a softmax) against the fused kernel: QKᵀ,
+    the score chain the model ran (``shapelint.measure.score_chain``; the scaling and
+    softmax where the finding carries none), PV and their backward, or
+    F.scaled_dot_product_attention with the mask and dropout the chain had."""
     import torch
     import torch.nn.functional as F
+
+    from shapelint.measure.score_chain import DROPOUT_P, finding_chain, fused_mask, replay
 
     def runner(f: Finding, by_index: dict[int, Gemm]) -> tuple[Callable[[], object], Callable[[], object]] | None:
         covered = [by_index[i] for i in f.gemms]
@@ -144,18 +148,23 @@ def gpu_block_runner(device: str = "cuda") -> BlockRunner:
         qk = next((g for g in covered if g.phase == "forward" and (g.m, g.n, g.batch) == (tq, tk, bh)), None)
         d = qk.k if qk is not None else dv
         dtype = getattr(torch, TORCH_DTYPE_NAMES[pv.dtype])
+        chain = finding_chain(f, pv.dtype_bytes)
+        dtypes = {4: torch.float32, pv.dtype_bytes: dtype}
+        training = any(g.phase != "forward" for g in covered)
+        mask = fused_mask(chain, tq, tk, dtype, device)
+        drop = DROPOUT_P * (chain.dropout and training)
         q = torch.randn(1, bh, tq, d, dtype=dtype, device=device, requires_grad=True)
         k = torch.randn(1, bh, tk, d, dtype=dtype, device=device, requires_grad=True)
         v = torch.randn(1, bh, tk, dv, dtype=dtype, device=device, requires_grad=True)
         grad = torch.randn(1, bh, tq, dv, dtype=dtype, device=device)
 
         def unfused_forward() -> torch.Tensor:
-            return torch.softmax((q @ k.transpose(-1, -2)) * d**-0.5, dim=-1) @ v
+            return replay(chain, q @ k.transpose(-1, -2), dtypes, tq, tk).to(dtype) @ v
 
         def fused_forward() -> torch.Tensor:
-            return F.scaled_dot_product_attention(q, k, v)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
 
-        if all(g.phase == "forward" for g in covered):  # inference: the forward pass alone
+        if not training:  # inference: the forward pass alone
             return unfused_forward, fused_forward
         return (lambda: torch.autograd.grad(unfused_forward(), (q, k, v), grad),
                 lambda: torch.autograd.grad(fused_forward(), (q, k, v), grad))

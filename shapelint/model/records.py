@@ -228,11 +228,14 @@ Facts = tuple[tuple[str, object], ...]
 
 @dataclass(frozen=True)
 class Work:
-    """Device work: GEMMs, plus bytes through memory that no GEMM record carries (the
-    softmax passes over a materialised score matrix, a copy)."""
+    """Device work: GEMMs, plus bytes through memory that no GEMM record carries (a
+    copy), plus memory-bound ops of the step (the scaling, masking, casts, softmax and
+    dropout a hand-written attention runs over its score matrix), each priced as the
+    step prices it."""
 
     gemms: tuple[Gemm, ...] = ()
     traffic_bytes: int = 0
+    ops: tuple[Op, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -253,6 +256,9 @@ class Change:
     #: the logits are sliced back (``--verify --step``), the embedding of the same
     #: vocabulary grows with it (``--fix``), and a pretrained model pads it in code
     vocab: int | None = None
+    #: memory-bound ops of the step that the change folds into its kernel, so the step
+    #: runs them no more (a hand-written attention's score chain, fused by SDPA)
+    fuses: tuple[Op, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -382,6 +388,9 @@ class Finding:
     pretrained: Pretrained | None = None
     #: why ``--fix`` left the finding as it is
     not_fixed: str | None = None
+    #: the change's ``fuses``: ops the step runs no more after it (priced out of the step,
+    #: replayed by ``--verify``)
+    fuses: tuple[Op, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def est_speedup(self) -> float | None:

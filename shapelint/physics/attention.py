@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from shapelint.model.records import ATTN_ROLES, Gemm, Operand, Role, Work
+from shapelint.model.records import ATTN_ROLES, Gemm, Op, Operand, Role, Work
 
 #: largest head dimension PyTorch's flash / cuDNN attention kernels take (bf16/fp16)
 MAX_FUSED_HEAD_DIM = 256
@@ -232,15 +232,56 @@ def _on_chip(op: Operand) -> Operand:
     return Operand(op.rows, op.cols, op.cols, in_memory=False)
 
 
-def fused(g: Gemm, tq: int, tk: int, op: str) -> Gemm:
+#: op names in a score chain that add a mask or bias to the scores (the fused call then
+#: takes an additive mask) and that apply dropout to the probabilities
+MASKING_OPS = ("masked_fill", "masked_fill_", "where", "add", "add_", "sub", "sub_")
+DROPOUT_OPS = ("native_dropout",)
+#: extra keys of a fused record made from hand-written attention: the kernel takes an
+#: additive mask (every tile at ``bias_attention_efficiency``) / draws dropout (the
+#: records standing for a whole kernel carry its ``attention_dropout_ps`` time)
+WITH_BIAS, WITH_DROPOUT = "with_bias", "with_dropout"
+
+
+@dataclass(frozen=True)
+class ChainNeeds:
+    """What the fused call must do that the hand-written chain did."""
+
+    bias: bool = False
+    dropout: bool = False
+
+
+def chain_traffic_bytes(atts: Sequence[HandWritten], chain: Sequence[Op]) -> int:
+    """Bytes the score chain's ops move; where there is no op stream (a chain of none),
+    the softmax's own passes over each attention's scores."""
+    return sum(op.bytes for op in chain) or sum(
+        softmax_traffic_bytes(a.score_elems, a.pv.dtype_bytes, bool(a.backward)) for a in atts)
+
+
+def chain_names(chain: Sequence[Op]) -> str:
+    """The distinct forward ops of a score chain, in order (``mul, _to_copy, _softmax``):
+    their backward is implied, and layers whose forwards are alike read alike."""
+    return ", ".join(dict.fromkeys(op.name for op in chain if not op.backward))
+
+
+def chain_needs(chain: Sequence[Op]) -> ChainNeeds:
+    """A score chain's mask or bias and its dropout, by the forward ops it ran."""
+    names = {op.name for op in chain if not op.backward}
+    return ChainNeeds(bool(names & set(MASKING_OPS)), bool(names & set(DROPOUT_OPS)))
+
+
+def fused(g: Gemm, tq: int, tk: int, op: str, needs: ChainNeeds = ChainNeeds(), whole: bool = False) -> Gemm:
     """``g`` as the fused attention kernel runs it (named ``op``): score-shaped
     operands stay on chip; a GEMM that produces scores is ``attn_scores``, one that
-    reads them ``attn_values``."""
+    reads them ``attn_values``; with what the chain ``needs`` (``whole``: the record
+    stands for the whole kernel, and carries its dropout)."""
     a = _on_chip(g.a) if _is_scores(g.a, tq, tk) else g.a
     b = _on_chip(g.b) if _is_scores(g.b, tq, tk) else g.b
     out = _on_chip(g.out) if _is_scores(g.out, tq, tk) else g.out
     role: Role = "attn_scores" if not out.in_memory else "attn_values"
-    return replace(g, op=op, a=a, b=b, out=out, role=role, extra=(("is_causal", False),))
+    extra: tuple[tuple[str, object], ...] = (("is_causal", False),)
+    extra += ((WITH_BIAS, True),) if needs.bias else ()
+    extra += ((WITH_DROPOUT, True),) if needs.dropout and whole else ()
+    return replace(g, op=op, a=a, b=b, out=out, role=role, extra=extra)
 
 
 @dataclass
@@ -275,20 +316,76 @@ class HandWritten:
         backward recomputes S = QKᵀ there, from the same tiles."""
         return next((i for i, g in enumerate(self.backward) if _is_scores(g.out, self.tq, self.tk)), None)
 
-    def fused(self) -> list[Gemm]:
+    def fused(self, needs: ChainNeeds = ChainNeeds()) -> list[Gemm]:
         """The fused kernel's GEMMs, one per recorded GEMM: the forward QKᵀ with S on
         chip, PV reading P on chip, and each backward GEMM with dS/dP/P on chip. They
         carry the names the capture gives SDPA's GEMMs (``sdpa.qk`` and
-        ``sdpa.qk_recompute`` stand for the whole forward / backward kernel)."""
+        ``sdpa.qk_recompute`` stand for the whole forward / backward kernel), and what
+        the chain ``needs`` (a mask, dropout)."""
         slot = self.recompute_slot()
-        qk = fused(self.qk, self.tq, self.tk, "sdpa.qk")
-        pv = fused(self.pv, self.tq, self.tk, "sdpa.pv")
-        return [qk, pv, *(fused(g, self.tq, self.tk, "sdpa.qk_recompute" if i == slot else "sdpa.bwd")
-                          for i, g in enumerate(self.backward))]
+        qk = fused(self.qk, self.tq, self.tk, "sdpa.qk", needs, whole=True)
+        pv = fused(self.pv, self.tq, self.tk, "sdpa.pv", needs)
+        return [qk, pv, *(fused(g, self.tq, self.tk, "sdpa.qk_recompute" if i == slot else "sdpa.bwd", needs,
+                                whole=i == slot) for i, g in enumerate(self.backward))]
 
-    def recompute(self) -> tuple[Gemm, ...]:
+    def recompute(self, needs: ChainNeeds = ChainNeeds()) -> tuple[Gemm, ...]:
         """What the fused backward adds: QKᵀ computed again (none without backward)."""
-        return (fused(self.qk, self.tq, self.tk, "sdpa.qk"),) if self.recompute_slot() is not None else ()
+        return (fused(self.qk, self.tq, self.tk, "sdpa.qk", needs),) if self.recompute_slot() is not None else ()
+
+
+#: op-stream kinds that are kernels of their own over the scores (not GEMM markers)
+_CHAIN_KINDS = ("pointwise", "reduction", "copy")
+
+
+def score_chain(att: HandWritten, ops: Sequence[Op]) -> tuple[Op, ...]:
+    """The memory-bound ops the step runs over ``att``'s score matrix, which a fused
+    kernel keeps on chip: forward, every op from QKᵀ's output to PV's input (scaling,
+    a mask or position bias added, casts to fp32 and back, the softmax, dropout);
+    backward, every op from dP to the two GEMMs that read dS (dropout's mask, the
+    softmax backward, the casts and scaling). An op belongs to the chain when it reads a
+    tensor of the chain and iterates over the whole score matrix; a reduction that
+    leaves the chain (the sum of dS into a position bias's gradient, which a fused
+    kernel writes too) does not. Empty where the op stream does not hold the GEMMs."""
+    marker = {i: op for op in ops for i in op.gemms}
+    qk, pv = marker.get(att.qk.index), marker.get(att.pv.index)
+    if qk is None or pv is None:
+        return ()
+    chain = _chain_from(qk, pv.index, ops, att.score_elems)
+    slot = att.recompute_slot()
+    if slot is not None and (dp := marker.get(att.backward[slot].index)) is not None:
+        last = max((marker[g.index].index for g in att.backward if g.index in marker), default=dp.index)
+        chain += _chain_from(dp, last, ops, att.score_elems)
+    return chain
+
+
+def _chain_from(start: Op, stop: int, ops: Sequence[Op], elems: int) -> tuple[Op, ...]:
+    """The chain ops after ``start`` (a GEMM marker whose output begins it) and before
+    position ``stop``, in order, with the score-sized ops that make a tensor the chain
+    reads (a dropout mask drawn and scaled: the fused kernel draws it on chip)."""
+    window = ops[start.index + 1:stop]
+    found = _reached(start, window, elems)
+    read = {s for op in found for s, _ in op.reads}
+    # a reduction out of the chain (a bias's gradient) stays: a fused kernel writes it too
+    chain = {op.index for op in found if op.out_numel == elems or _writes_any(op, read)}
+    feeders = {op.index for op in window if op.index not in chain and op.kind in (*_CHAIN_KINDS, "fill")
+               and op.numel == elems and _writes_any(op, read)}
+    return tuple(op for op in window if op.index in chain | feeders)
+
+
+def _reached(start: Op, window: Sequence[Op], elems: int) -> list[Op]:
+    """The score-sized memory-bound ops of ``window`` that read what ``start`` wrote,
+    or what such an op wrote."""
+    live = {serial for serial, _ in start.writes}
+    found: list[Op] = []
+    for op in window:
+        if op.kind in _CHAIN_KINDS and op.numel == elems and any(s in live for s, _ in op.reads):
+            found.append(op)
+            live.update(serial for serial, _ in op.writes)
+    return found
+
+
+def _writes_any(op: Op, serials: set[int]) -> bool:
+    return any(s in serials for s, _ in op.writes)
 
 
 def find_hand_written(gemms: Sequence[Gemm]) -> dict[str, list[HandWritten]]:

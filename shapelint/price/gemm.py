@@ -38,9 +38,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from shapelint.hardware import Hardware
-from shapelint.model.records import ATTN_ROLES, Gemm, Work
+from shapelint.model.records import ATTN_ROLES, Gemm
 from shapelint.physics.alignment import gemm_alignment, input_alignment, is_aligned, output_alignment
-from shapelint.physics.attention import is_fused
+from shapelint.physics.attention import WITH_BIAS, WITH_DROPOUT, is_fused
 from shapelint.physics.conv_kernels import call_of, conv_kernel, grouped_width_fast, transposes
 from shapelint.physics.gemm_shapes import grouped_fallback
 from shapelint.physics.quantization import quantization
@@ -144,8 +144,13 @@ def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
         return _conv_time(g, hw)
     peak, align = _rate(g, hw)
     q = quantization(g.m, g.n, g.batch, hw)
-    work = CAUSAL_WORK if is_fused(g) and dict(g.extra).get("is_causal") else 1.0
-    compute = g.flops * work / (peak * align * q.tile * q.wave)
+    extra = dict(g.extra)
+    fused = is_fused(g)
+    work = CAUSAL_WORK if fused and extra.get("is_causal") else 1.0
+    rate = hw.step.bias_attention_efficiency if fused and extra.get(WITH_BIAS) else 1.0
+    compute = g.flops * work / (peak * align * q.tile * q.wave * rate)
+    if fused and extra.get(WITH_DROPOUT):
+        compute += 1e-3 * fused_dropout_ms(g, bool(extra.get("is_causal")), hw)
     bw = hw.bandwidth * hw.memory_efficiency
     batched = g.batch > 1 and g.role not in ATTN_ROLES
     memory = g.min_bytes / (hw.bandwidth * hw.batched_memory_efficiency if batched else bw)
@@ -157,6 +162,13 @@ def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
     copies = g.copy_bytes / bw
     seconds = max(compute, memory, hw.min_gemm_us * 1e-6) + copies
     return GemmTime(seconds, compute, memory, align, q.tile, q.wave)
+
+
+def fused_dropout_ms(scores: Gemm, causal: bool, hw: Hardware) -> float:
+    """Dropout inside a fused attention kernel: ``attention_dropout_ps`` per score
+    element it computes (``scores``: the record of its QKᵀ)."""
+    elements = scores.batch * scores.m * scores.n * (CAUSAL_WORK if causal else 1.0)
+    return elements * hw.step.attention_dropout_ps * 1e-9
 
 
 def conv_memory_efficiency(g: Gemm, hw: Hardware) -> tuple[float, bool]:
@@ -208,8 +220,3 @@ def gemm_ms(g: Gemm, hw: Hardware) -> float:
 
 def total_ms(gemms: Iterable[Gemm], hw: Hardware) -> float:
     return sum(gemm_ms(g, hw) for g in gemms)
-
-
-def work_ms(work: Work, hw: Hardware) -> float:
-    """GEMMs plus memory traffic streaming at the profile's copy bandwidth."""
-    return total_ms(work.gemms, hw) + 1e3 * work.traffic_bytes / hw.bandwidth

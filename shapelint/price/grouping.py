@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from shapelint.model.records import Finding
 
@@ -36,18 +37,18 @@ def group(findings: Sequence[Finding]) -> list[Finding]:
         if len(members) == 1:
             out.append(replace(first, modules=modules))
             continue
-        out.append(replace(
-            first,
-            module=module_glob(modules),
-            modules=modules,
-            gemms=tuple(i for m in members for i in m.gemms),
-            after=tuple(a for m in members for a in m.after),
-            est_ms=sum(m.est_ms for m in members),
-            est_ms_after=sum(m.est_ms_after for m in members),
-            gemm_ms_after=tuple(x for m in members for x in m.gemm_ms_after),
-            slices=tuple(dict.fromkeys(x for m in members for x in m.slices)),
-        ))
+        out.append(replace(first, module=module_glob(modules), modules=modules, est_ms=sum(m.est_ms for m in members),
+                           est_ms_after=sum(m.est_ms_after for m in members), **concatenated(members)))
     return out
+
+
+def concatenated(members: Sequence[Finding]) -> dict[str, Any]:
+    """The per-record fields of findings merged into one, in order: the GEMMs, their
+    after-records and after-times, the slices (once each) and the ops fused away."""
+    return dict(gemms=tuple(i for m in members for i in m.gemms), after=tuple(a for m in members for a in m.after),
+                gemm_ms_after=tuple(x for m in members for x in m.gemm_ms_after),
+                slices=tuple(dict.fromkeys(x for m in members for x in m.slices)),
+                fuses=tuple(op for m in members for op in m.fuses))
 
 
 def deduplicated(findings: Sequence[Finding]) -> list[Finding]:
@@ -62,4 +63,4 @@ def deduplicated(findings: Sequence[Finding]) -> list[Finding]:
 
 
 
-__all__ = ["deduplicated", "group", "module_glob"]
+__all__ = ["concatenated", "deduplicated", "group", "module_glob"]

@@ -18,9 +18,9 @@ from dataclasses import replace
 from typing import Literal
 
 from shapelint.hardware import Hardware
-from shapelint.model.records import Gemm, Op
+from shapelint.model.records import Gemm, Op, Work
 from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, bias_grad_bytes, head_dim, math_kernel
-from shapelint.price.gemm import CAUSAL_WORK, gemm_ms, work_ms
+from shapelint.price.gemm import CAUSAL_WORK, fused_dropout_ms, gemm_ms, total_ms
 
 #: how the step runs: eagerly, or as torch.compile (Inductor, default mode) runs it
 Mode = Literal["eager", "compile"]
@@ -52,6 +52,12 @@ def op_ms(op: Op, hw: Hardware) -> float:
     else:
         eff = s.elementwise_efficiency
     return memory_kernel_ms(op.bytes, eff, hw)
+
+
+def work_ms(work: Work, hw: Hardware) -> float:
+    """GEMMs, plus memory traffic streaming at the profile's copy bandwidth, plus ops of
+    the step each priced as the eager step prices it."""
+    return total_ms(work.gemms, hw) + 1e3 * work.traffic_bytes / hw.bandwidth + sum(op_ms(op, hw) for op in work.ops)
 
 
 def optimizer_ms(params: Sequence[tuple[int, int]], optimizer: str, hw: Hardware) -> tuple[float, int]:
@@ -106,7 +112,7 @@ def _fused_kernel_ms(call: Sequence[Gemm], hw: Hardware, masked: bool, times: Ma
     causal = bool(extra.get("is_causal"))
     ms = sum(_attention_gemm_ms(g, hw, masked, causal, times) for g in call)
     if extra.get("dropout"):
-        ms += dropout_ms(_scores(call), causal and not masked, hw)
+        ms += fused_dropout_ms(_scores(call), causal and not masked, hw)
     return ms
 
 
@@ -125,12 +131,6 @@ def _attention_gemm_ms(g: Gemm, hw: Hardware, masked: bool, causal: bool, times:
     return gemm_ms(g, hw)
 
 
-def dropout_ms(scores: Gemm, causal: bool, hw: Hardware) -> float:
-    """Dropout inside a fused kernel: ``attention_dropout_ps`` per score element it computes."""
-    elements = scores.batch * scores.m * scores.n * (CAUSAL_WORK if causal else 1.0)
-    return elements * hw.step.attention_dropout_ps * 1e-9
-
-
 def flash_pad_ms(scores: Gemm, hw: Hardware) -> float | None:
     """Flash's copies into and out of a head dimension padded to ``FLASH_PAD_TO``; None
     when the head dimension needs no padding."""
@@ -142,5 +142,5 @@ def flash_pad_ms(scores: Gemm, hw: Hardware) -> float | None:
     return FLASH_PAD_COPIES * memory_kernel_ms(nbytes, hw.step.strided_copy_efficiency, hw)
 
 
-__all__ = ["MODES", "OPTIMIZER_PASSES", "Mode", "attention_ms", "dropout_ms", "flash_pad_ms", "memory_kernel_ms",
-           "op_ms", "optimizer_ms"]
+__all__ = ["MODES", "OPTIMIZER_PASSES", "Mode", "attention_ms", "flash_pad_ms", "memory_kernel_ms",
+           "op_ms", "optimizer_ms", "work_ms"]

@@ -48,8 +48,9 @@ from shapelint.model.records import (
 )
 from shapelint.model.thresholds import ERROR_SPEEDUP, MIN_LOSS, MIN_SPEEDUP, MIN_STEP_SHARE
 from shapelint.physics.reshape import candidates, smaller
-from shapelint.price.gemm import gemm_ms, work_ms
+from shapelint.price.gemm import gemm_ms
 from shapelint.price.grouping import deduplicated, group
+from shapelint.price.kernels import work_ms
 from shapelint.price.saving import StepModel
 
 #: a candidate size within this fraction of the best time counts as reaching it
@@ -147,6 +148,7 @@ def price_one(p: Proposal, hw: Hardware, policy: Policy = Policy()) -> Finding |
         after=change.after,
         slices=change.slices,
         vocab=change.vocab,
+        fuses=change.fuses,
         recorded_ms=sum(recorded) if p.now is not None else None,
         reference_ms=tuple((name, work_ms(work, hw)) for name, work in p.references),
     )

@@ -96,7 +96,9 @@ class StepModel:
         applied = [f for f in findings if f.gain != "throughput"]
         slices = dict.fromkeys(s for f in applied if not f.suppressed for s in f.slices)
         extra = side_ms(slices, self.hw, self.mode, self.step.training)
-        return self._timed(step_time(self._rank_step, self.hw, self.mode, self.optimizer, best_after(applied), extra))
+        fused = frozenset(op.index for f in applied if not f.suppressed for op in f.fuses)
+        return self._timed(step_time(self._rank_step, self.hw, self.mode, self.optimizer, best_after(applied), extra,
+                                     fused))
 
     def priced(self, f: Finding) -> tuple[Finding, float]:
         """``f`` with its step saving, and the GPU time it saves (the policy's measure)."""

@@ -200,13 +200,16 @@ class Timeline:
 
 
 def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw",
-              gemm_times: Mapping[int, float] | None = None, extra_ms: float = 0.0) -> StepTime:
+              gemm_times: Mapping[int, float] | None = None, extra_ms: float = 0.0,
+              fused: frozenset[int] = frozenset()) -> StepTime:
     """The step's estimate. ``gemm_times`` overrides GEMM records' times (a finding's
-    after-times); ``extra_ms`` adds GPU time (a change's side costs)."""
+    after-times); ``extra_ms`` adds GPU time (a change's side costs); ``fused`` are the
+    positions of memory-bound ops a change folds into its kernels (``Change.fuses``),
+    which the step then runs no more."""
     per_kernel_us, per_tensor_us = host_costs(hw, mode)
     t = Timeline(per_kernel_us)
-    _issue_ops(t, step, hw, mode, gemm_times or {})
-    graphs_host = _issue_compiled(t, step, hw) if mode == "compile" else 0.0
+    _issue_ops(t, step, hw, mode, gemm_times or {}, fused)
+    graphs_host = _issue_compiled(t, step, hw, fused) if mode == "compile" else 0.0
     if step.training:
         opt_ms, launches = optimizer_ms(step.params, optimizer, hw)
         if launches:
@@ -217,7 +220,8 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
     return t.time(hw, mode, step.host_reads if mode == "eager" else fallback_reads, graphs_host)
 
 
-def _issue_ops(t: Timeline, step: Step, hw: Hardware, mode: Mode, gemm_times: Mapping[int, float]) -> None:
+def _issue_ops(t: Timeline, step: Step, hw: Hardware, mode: Mode, gemm_times: Mapping[int, float],
+               fused: frozenset[int] = frozenset()) -> None:
     """The ops of the capture in order: GEMM and attention kernels; the memory-bound ops
     eager (compiled, they are the fused regions of `_issue_compiled`)."""
 
@@ -240,16 +244,17 @@ def _issue_ops(t: Timeline, step: Step, hw: Hardware, mode: Mode, gemm_times: Ma
             python = (hw.step.host_us_per_kernel - t.per_kernel_us) * 1e-3 * launched if launched > 1 else 0.0
             t.add(op.kind, sum(record_ms(i) for i in op.gemms) if op.gemms else hw.min_gemm_us * 1e-3, launched,
                   python if mode == "compile" else 0.0)
-        elif mode == "eager":
+        elif mode == "eager" and op.index not in fused:
             t.add(op.kind, op_ms(op, hw), 1)
         else:
             t.issued.append((0.0, 0, 0.0))  # fused into the regions; keeps positions for syncs
 
 
-def _issue_compiled(t: Timeline, step: Step, hw: Hardware) -> float:
-    """A compiled step's fused kernels, and what its graph breaks run between graphs;
-    the host time of the latter."""
-    for region in step.regions:
+def _issue_compiled(t: Timeline, step: Step, hw: Hardware, fused: frozenset[int] = frozenset()) -> float:
+    """A compiled step's fused kernels (without the ops a change folds away), and what
+    its graph breaks run between graphs; the host time of the latter."""
+    regions = fused_regions([op for op in step.ops if op.index not in fused]) if fused else step.regions
+    for region in regions:
         launched = region.kernels(hw)
         t.add("fused", max(memory_kernel_ms(region.bytes, hw.step.elementwise_efficiency, hw),
                            launched * hw.step.min_kernel_us * 1e-3), launched)

@@ -1,0 +1,115 @@
+"""A hand-written attention's score chain, replayed on the GPU for ``--verify``: the
+memory-bound ops the model ran between its QKᵀ and PV matmuls (``Finding.fuses``, as
+the capture recorded them: casts to fp32 and back, scaling, a mask or bias, the
+softmax, dropout), one torch op each, in order and in the recorded dtypes; autograd
+then runs their backward as the model's did. The fused alternative gets what the
+chain needs: a mask where the chain masks or adds a bias, dropout where it drops."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shapelint.model.records import Finding, Op
+from shapelint.physics.attention import DROPOUT_OPS, MASKING_OPS
+
+#: recorded op names that cast (their output's element size says to what)
+_CASTS = ("_to_copy", "to", "copy_", "clone", "contiguous", "_to_dtype")
+_SOFTMAX = ("_softmax", "softmax")
+_MASKS = ("masked_fill", "masked_fill_", "where")
+_DROPOUT = ("native_dropout", "dropout", "bernoulli_")
+_BIAS = ("add", "add_", "sub", "sub_")
+#: the probability the replay drops (training dropout; its rate does not change the traffic)
+DROPOUT_P = 0.1
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The forward ops of one attention's score chain, and what the fused call needs."""
+
+    steps: tuple[tuple[str, int], ...]  # (op name, output element bytes)
+
+    @property
+    def masked(self) -> bool:
+        return any(name in MASKING_OPS for name, _ in self.steps)
+
+    @property
+    def dropout(self) -> bool:
+        return any(name in DROPOUT_OPS for name, _ in self.steps)
+
+
+def chain_of(fuses: Sequence[Op], module: str) -> Chain:
+    """The forward chain of the first attention in ``module`` (a grouped finding holds
+    every layer's; one layer is what --verify times): the ops on the scores' path, in
+    order. A dropout mask drawn (``bernoulli_``) and scaled in place beside the path
+    makes the path's next op the dropout."""
+    path: set[int] = set()
+    steps: list[tuple[str, int]] = []
+    drawing = False  # a mask drawn and scaled in place, not yet applied
+    for op in _forward_in(fuses, module):
+        if op.name == "bernoulli_" or (drawing and op.name.endswith("_")):
+            drawing = True
+            continue
+        if steps and not any(s in path for s, _ in op.reads):
+            break  # the next attention's chain starts
+        steps.append(("native_dropout" if drawing else op.name, _out_bytes(op)))
+        drawing = False
+        path.update(s for s, _ in op.writes)
+    return Chain(tuple(steps))
+
+
+def _forward_in(fuses: Sequence[Op], module: str) -> list[Op]:
+    """The forward ops of ``module`` (and its children) among ``fuses``; all forward ops
+    where none is owned there."""
+    forward = [op for op in fuses if not op.backward]
+    return [op for op in forward if op.owner == module or op.owner.startswith(module + ".")] or forward
+
+
+def finding_chain(f: Finding, dtype_bytes: int) -> Chain:
+    """The chain ``--verify`` replays for a finding: the recorded one, or (a finding
+    priced without an op stream) scaling and a softmax in the compute dtype."""
+    if f.fuses:
+        return chain_of(f.fuses, f.modules[0] if f.modules else f.module)
+    return Chain((("mul", dtype_bytes), ("_softmax", dtype_bytes)))
+
+
+def _out_bytes(op: Op) -> int:
+    """Element size of the op's (first) output: what a cast wrote."""
+    return max(1, op.writes[0][1] // op.out_numel) if op.writes and op.out_numel else op.element_bytes
+
+
+def replay(chain: Chain, scores: Any, dtypes: dict[int, Any], tq: int, tk: int) -> Any:
+    """``scores`` through the chain's ops, each writing the recorded dtype (``dtypes``:
+    element bytes → torch dtype), as one kernel where the model's was one (an fp32 mask
+    added to bf16 scores promotes in the add)."""
+    import torch
+    import torch.nn.functional as F
+
+    x = scores
+    mask = torch.ones(tq, tk, dtype=torch.bool, device=x.device).tril()
+    bias = torch.randn(tq, tk, dtype=torch.float32, device=x.device)
+    steps: dict[str, Callable[[Any, Any], Any]] = {
+        **dict.fromkeys(_CASTS, lambda t, d: t.to(d)),
+        **dict.fromkeys(_SOFTMAX, lambda t, d: torch.softmax(t, dim=-1, dtype=d)),
+        **dict.fromkeys(_MASKS, lambda t, d: t.masked_fill(~mask, float("-inf"))),
+        **dict.fromkeys(_DROPOUT, lambda t, d: F.dropout(t, DROPOUT_P, training=True)),
+        **dict.fromkeys(_BIAS, lambda t, d: t + bias.to(d)),
+    }
+    for name, out_bytes in chain.steps:
+        dtype = dtypes.get(out_bytes, x.dtype)
+        x = steps.get(name, lambda t, d: t * 0.125)(x, dtype)  # another pointwise op: one pass
+    return x
+
+
+def fused_mask(chain: Chain, tq: int, tk: int, dtype: Any, device: str) -> Any:
+    """The mask the fused call takes where the chain masks or adds a bias (an additive
+    [Tq, Tk] one; None otherwise)."""
+    import torch
+
+    if not chain.masked:
+        return None
+    return torch.randn(tq, tk, dtype=dtype, device=device)
+
+
+__all__ = ["DROPOUT_P", "Chain", "chain_of", "finding_chain", "fused_mask", "replay"]
