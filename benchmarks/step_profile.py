@@ -178,8 +178,7 @@ def measure(target: Path, batch: int, seq: int, modes: Sequence[str], args: argp
     import torch
 
     from shapelint.load.real import build
-    from shapelint.measure.step_blocks import alternate
-    from shapelint.measure.step_train import make_trainer, release, warm
+    from shapelint.measure.step_train import release
     from shapelint.measure.timer import cuda_block_timer, wall_block_timer
 
     device = args.device
@@ -187,20 +186,29 @@ def measure(target: Path, batch: int, seq: int, modes: Sequence[str], args: argp
     timer = cuda_block_timer() if device == "cuda" else wall_block_timer()
     out: dict[str, Any] = {}
     for mode in modes:
-        compiled = mode == "compile"
-        t = make_trainer(mode, built, built.inputs, device=device, precision="bf16", training=True,
-                         optimizer="adamw", compile=compiled)
-        warm(t, device, args.warmup, compiled)
-        samples, _ = alternate([(mode, t.step)], timer, args.rounds, args.steps)
-        prof = profile_steps(t.step, args.profile_steps, device)
-        out[mode] = {"step_ms": statistics.median(samples[mode].steps), "compile_s": t.compile_s,
-                     "graphs": t.graphs, **prof}
-        del t, samples
-        release(device, compiled)
+        try:
+            out[mode] = one_mode(built, mode, timer, args)
+        except Exception as exc:  # noqa: BLE001 - a mode that fails is a row; the other mode still runs
+            out[mode] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        release(device, mode == "compile")
     del built
     if device == "cuda":
         torch.cuda.empty_cache()
     return out
+
+
+def one_mode(built: Any, mode: str, timer: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """One mode's trainer: warmed up, timed in ``--rounds`` blocks, then profiled."""
+    from shapelint.measure.step_blocks import alternate
+    from shapelint.measure.step_train import make_trainer, warm
+
+    compiled = mode == "compile"
+    t = make_trainer(mode, built, built.inputs, device=args.device, precision="bf16", training=True,
+                     optimizer="adamw", compile=compiled)
+    warm(t, args.device, args.warmup, compiled)
+    samples, _ = alternate([(mode, t.step)], timer, args.rounds, args.steps)
+    prof = profile_steps(t.step, args.profile_steps, args.device)
+    return {"step_ms": statistics.median(samples[mode].steps), "compile_s": t.compile_s, "graphs": t.graphs, **prof}
 
 
 # -- the estimate ----------------------------------------------------------------------------
@@ -267,13 +275,20 @@ def print_tables(name: str, mode: str, est: dict[str, Any] | None, meas: dict[st
         print(f"measured:  step {meas['step_ms']:.2f} ms, kernels busy {meas['busy_ms']:.2f} ms, GPU span "
               f"{meas['span_ms']:.2f} ms, {meas['kernels']:.0f} kernels" +
               (f", compile {meas['compile_s']:.1f} s, {meas['graphs']} graphs" if meas.get("compile_s") else ""))
-    if est is not None and meas is not None:
-        print(f"step error {100 * (est['step_ms'] / meas['step_ms'] - 1):+.1f}%, "
-              f"GPU time error {100 * (est['gpu_ms'] / meas['span_ms'] - 1):+.1f}% (against the span)"
-              if meas["span_ms"] else "")
+    if est is not None and meas is not None and meas["busy_ms"]:
+        kernel_ms = est["gpu_ms"] - est["gap_ms"]
+        print(f"step error {100 * (est['step_ms'] / meas['step_ms'] - 1):+.1f}%; kernel time: estimated "
+              f"{kernel_ms:.2f} ms against {meas['busy_ms']:.2f} ms busy ({100 * (kernel_ms / meas['busy_ms'] - 1):+.1f}%); "
+              f"GPU time with launch gaps {est['gpu_ms']:.2f} ms against the span {meas['span_ms']:.2f} ms")
     for key, title in (("by_class", "class"), ("by_detail", "detail")):
         print(f"{title:22s} {'est ms':>9s} {'meas ms':>9s} {'ratio':>6s} {'est n':>7s} {'meas n':>7s}")
-        for r in comparison(est, meas, key):
+        rows = comparison(est, meas, key)
+        if key == "by_class":
+            rows.append({"class": "total (kernels)", "est_ms": None if est is None else est["gpu_ms"] - est["gap_ms"],
+                         "meas_ms": None if meas is None else meas["busy_ms"],
+                         "est_kernels": None if est is None else est["kernels"],
+                         "meas_kernels": None if meas is None else meas["kernels"]})
+        for r in rows:
             print(f"{r['class']:22s} {_ms(r['est_ms'])} {_ms(r['meas_ms'])} {_ratio(r['est_ms'], r['meas_ms'])} "
                   f"{_n(r['est_kernels'])} {_n(r['meas_kernels'])}")
     if meas is not None:
@@ -340,6 +355,10 @@ def run_target(name: str, target: Path, batch: int, seq: int, modes: Sequence[st
         except Exception as exc:  # noqa: BLE001 - one model's failure is a row, not the end of the run
             for mode in modes:
                 errors[mode] = (errors.get(mode, "") + f" measure: {type(exc).__name__}: {exc}")[:800]
+    for mode, m in list(meas.items()):
+        if "error" in m:
+            errors[mode] = (errors.get(mode, "") + f" measure: {m.pop('error')}").strip()
+            del meas[mode]
     rows = []
     for mode in modes:
         est, m = ests.get(mode), meas.get(mode)
@@ -347,7 +366,7 @@ def run_target(name: str, target: Path, batch: int, seq: int, modes: Sequence[st
         if mode in errors:
             print(f"  error: {errors[mode].splitlines()[0]}")
         if m is not None:
-            m = {**m, "top": m["top"][:40]}
+            m = {**m, "top": [{**k, "name": k["name"][:300]} for k in m["top"][:40]]}
         rows.append({"model": name, "mode": mode, "target": str(target.relative_to(ROOT)), "batch": batch, "seq": seq,
                      "estimate": est, "measured": m, "by_class": comparison(est, m, "by_class"),
                      "by_detail": comparison(est, m, "by_detail"), "error": errors.get(mode)})
