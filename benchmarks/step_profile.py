@@ -232,7 +232,7 @@ def estimate(target: Path, batch: int, seq: int, mode: str, gpu: str) -> dict[st
             "step_ms_range": list(st.ms_range), "note": st.note, "gap_ms": st.gpu_ms - sum(v for _, v in st.by_class),
             "by_class": dict(st.by_class), "by_detail": by_detail(entries), "kernels_by_class": counts,
             "top": [{"label": label, "count": n, "ms": ms, "kind": first.kind, "detail": first.detail,
-                     "owner": first.owner} for label, n, ms, first in top(entries, 40)],
+                     "owner": first.owner} for label, n, ms, first in top(entries, len(entries))],
             "entries": len(entries)}
 
 
@@ -366,7 +366,7 @@ def run_target(name: str, target: Path, batch: int, seq: int, modes: Sequence[st
         if mode in errors:
             print(f"  error: {errors[mode].splitlines()[0]}")
         if m is not None:
-            m = {**m, "top": [{**k, "name": k["name"][:300]} for k in m["top"][:40]]}
+            m = {**m, "top": [{**k, "name": k["name"][:300]} for k in m["top"]]}
         rows.append({"model": name, "mode": mode, "target": str(target.relative_to(ROOT)), "batch": batch, "seq": seq,
                      "estimate": est, "measured": m, "by_class": comparison(est, m, "by_class"),
                      "by_detail": comparison(est, m, "by_detail"), "error": errors.get(mode)})
@@ -379,8 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--gpu", default="h100", help="the GPU profile the estimate is made on")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=3, help="timed blocks")
-    ap.add_argument("--steps", type=int, default=8, help="steps per timed block")
+    ap.add_argument("--rounds", type=int, default=2, help="timed blocks")
+    ap.add_argument("--steps", type=int, default=5, help="steps per timed block")
     ap.add_argument("--profile-steps", type=int, default=3)
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--budget-s", type=float, default=330.0, help="start no target after this many seconds")
