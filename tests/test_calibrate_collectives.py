@@ -193,3 +193,22 @@ def test_the_sweep_runs_on_two_gloo_ranks() -> None:
     assert all(s.us > 0 and s.world == 2 for s in sweep.samples)
     c = parse_collectives(section(sweep, base_collectives(None), "h100-sxm"), "x")
     assert c is not None and c.us("all_reduce", 2048, 2) == pytest.approx(sweep.samples[1].us)
+
+
+@pytest.mark.parametrize("gpus,which,measured", [(2, "measure", True), (1, "measure", False), (2, "skip", False)])
+def test_a_full_calibration_adds_the_collectives_where_it_measured_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpus: int, which: str, measured: bool) -> None:
+    from shapelint.measure.timer import wall_timer
+
+    runs: list[int] = []
+    _fake_gpus(monkeypatch, gpus, runs)
+    monkeypatch.setattr(calibrate, "_calibrated", lambda name, timer: calibrate.closest_base(name))  # no GPU here
+    out = tmp_path / "p.yaml"
+    lines: list[str] = []
+    done = calibrate.run(str(out), timer=wall_timer(), collectives=which, log=lines.append)
+    source = yaml.safe_load(out.read_text())["collectives"]["source"]
+    assert (runs == [gpus]) is measured and (done.collectives is not None) is measured
+    assert ("shapelint calibrate on 2x NVIDIA H100 80GB HBM3" in source) is measured
+    assert done.hardware.collectives == (parse_collectives(section(_scaled_sweep(), H100.collectives, "h100-sxm"), "x")
+                                         if measured else H100.collectives)
+    assert any("skipped collectives" in line for line in lines) is (gpus == 1)
