@@ -78,7 +78,7 @@ def test_a_section_with_one_collective_keeps_the_base_table_of_the_others() -> N
     assert c is not None
     assert c.table("all_gather") == base.table("all_gather")
     assert c.table("all_reduce")[0][1] == pytest.approx(2 * base.table("all_reduce")[0][1])
-    assert "the all_gather, reduce_scatter table" in c.source
+    assert "the all_gather, reduce_scatter tables at 2 GPUs: not measured by calibrate" in c.source
 
 
 def _collectives_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], gpu: list[str], layout: str) -> dict:
@@ -212,3 +212,30 @@ def test_a_full_calibration_adds_the_collectives_where_it_measured_them(
     assert done.hardware.collectives == (parse_collectives(section(_scaled_sweep(), H100.collectives, "h100-sxm"), "x")
                                          if measured else H100.collectives)
     assert any("skipped collectives" in line for line in lines) is (gpus == 1)
+
+
+@pytest.mark.parametrize("gpus", [2, 1])
+def test_a_measured_host_speed_scales_the_engines_host_costs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             gpus: int) -> None:
+    """calibrate scales the step's host costs by this host's measured speed; the parallel
+    engines' host costs scale with them, measured collectives or not."""
+    from shapelint.measure.timer import wall_timer
+
+    def slow_host(name: str, timer: object) -> dict:
+        doc = calibrate.closest_base(name)
+        doc["step"] = {"host_us_per_kernel": round(H100.step.host_us_per_kernel * 1.5, 2)}
+        return doc
+
+    runs: list[int] = []
+    _fake_gpus(monkeypatch, gpus, runs)
+    monkeypatch.setattr(calibrate, "_calibrated", slow_host)
+    out = tmp_path / "p.yaml"
+    done = calibrate.run(str(out), timer=wall_timer(), log=lambda _m: None)
+    c, shipped = done.hardware.collectives, H100.collectives
+    assert c is not None and shipped is not None
+    assert c.host.fsdp_group == pytest.approx(1.5 * shipped.host.fsdp_group, rel=1e-3)  # 4400 µs -> 6600
+    assert c.host.tp_collective == pytest.approx(1.5 * shipped.host.tp_collective, rel=1e-3)
+    assert "host_us: h100-sxm's scaled by 1.500" in c.source
+    measured = gpus > 1
+    assert (c.table("all_reduce") == shipped.table("all_reduce")) is not measured
+    assert "host_us: not measured" not in c.source

@@ -390,15 +390,25 @@ def run(output: str, timer: KernelTimer | None = None, collectives: str = "measu
         raise ShapelintError("calibrate needs a CUDA GPU (torch.cuda.is_available() is False)")
     sweep = None if collectives == "skip" else collectives_on_this_machine(world_size, collectives == "only", log)
     name = torch.cuda.get_device_name()
+    speed = None
     if collectives == "only":
         doc, base_name = _profile_to_update(output, name)
     else:
         doc, base_name = _calibrated(name, timer or cuda_timer()), closest_key(name)
-    if sweep is not None:
-        base = profile_from_dict(doc, "base", output if base_name == output else "").collectives
-        doc["collectives"] = collectives_section(sweep, base_collectives(base), base_name)
+        speed = measured_host_speed(doc, profile_from_dict(closest_base(name), "base"))
+    base = profile_from_dict(doc, "base", output if base_name == output else "").collectives
+    if sweep is not None or (speed is not None and base is not None):
+        doc["collectives"] = collectives_section(sweep, base_collectives(base), base_name, speed)
     write_file(output, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), "--output")
     return Calibrated(profile_from_dict(doc, Path(output).stem, output), sweep)
+
+
+def measured_host_speed(doc: dict[str, Any], base: Hardware) -> float | None:
+    """How fast this host issues an eager step against ``base``'s host model, as
+    :func:`measure_step` measured it (read back from the step table it scaled by it);
+    None where the table has no measured host cost."""
+    per_kernel = (doc.get("step") or {}).get("host_us_per_kernel")
+    return round(per_kernel / base.step.host_us_per_kernel, 3) if per_kernel and base.step.host_us_per_kernel else None
 
 
 def _calibrated(name: str, timer: KernelTimer) -> dict[str, Any]:

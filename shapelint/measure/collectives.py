@@ -34,7 +34,7 @@ from typing import Any
 
 from shapelint.errors import ShapelintError
 from shapelint.hardware import resolve
-from shapelint.hardware.collectives import OPS, Collectives, bus_bandwidth_gbps, collectives_doc
+from shapelint.hardware.collectives import HOST_KEYS, OPS, Collectives, HostCosts, bus_bandwidth_gbps, collectives_doc
 from shapelint.measure.timer import KernelTimer, Timing
 from shapelint.measure.torchrun import run_ranks, torchrun_command
 
@@ -193,21 +193,41 @@ def base_collectives(base: Collectives | None) -> Collectives:
     return fallback
 
 
-def section(sweep: Sweep, base: Collectives, base_name: str) -> dict[str, Any]:
-    """The ``collectives:`` mapping of a profile from ``sweep``: its tables measured,
-    everything else ``base``'s (named in ``source``)."""
-    ops = sorted({s.op for s in sweep.samples}, key=OPS.index)
-    missing = [op for op in OPS if op not in ops]
-    tables = tuple((op, tuple((s.nbytes, s.us) for s in sorted(sweep.samples, key=lambda s: s.nbytes) if s.op == op))
-                   for op in OPS if op in ops) + tuple((op, base.table(op)) for op in missing)
-    kept = ("network_busbw_gbps, network_latency_us, overlap_slowdown and host_us"
-            + (f" and the {', '.join(missing)} table" if missing else ""))
-    source = (f"shapelint calibrate on {sweep.world}x {sweep.gpu}, {sweep.date}, torch {sweep.torch}, NCCL "
-              f"{sweep.nccl}: fp32 {', '.join(ops)} (bytes = the whole array, as nccl-tests counts them), µs per "
-              f"call, the slowest rank's median of {sweep.reps} calls. {kept}: not measured by calibrate, kept from "
-              f"{base_name} ({base.source.strip() or 'no source given'})")
-    made = replace(base, world=sweep.world, tables=tuple(sorted(tables, key=lambda t: OPS.index(t[0]))), source=source)
+def section(sweep: Sweep | None, base: Collectives, base_name: str,
+            host_speed: float | None = None) -> dict[str, Any]:
+    """The ``collectives:`` mapping of a calibrated profile: ``sweep``'s tables where
+    it measured them, everything else ``base``'s (named in ``source``), the engines'
+    host costs scaled by ``host_speed`` where calibrate measured this machine's host
+    (:func:`scaled_host`)."""
+    measured = sorted({s.op for s in sweep.samples}, key=OPS.index) if sweep is not None else []
+    tables = tuple((op, tuple((s.nbytes, s.us) for s in sorted(sweep.samples, key=lambda s: s.nbytes) if s.op == op)
+                    if sweep is not None and op in measured else base.table(op)) for op in OPS)
+    kept = [op for op in OPS if op not in measured]
+    said = []
+    if sweep is not None:
+        said.append(f"shapelint calibrate on {sweep.world}x {sweep.gpu}, {sweep.date}, torch {sweep.torch}, NCCL "
+                    f"{sweep.nccl}: fp32 {', '.join(measured)} (bytes = the whole array, as nccl-tests counts them), "
+                    f"µs per call, the slowest rank's median of {sweep.reps} calls.")
+    if host_speed is not None:
+        said.append(f"host_us: {base_name}'s scaled by {host_speed:.3f}, this host's measured speed (calibrate's "
+                    "eager host probe), as calibrate scales the step's host costs.")
+    unmeasured = ["network_busbw_gbps, network_latency_us, overlap_slowdown"] + (["host_us"] if host_speed is None else [])
+    unmeasured += [f"the {', '.join(kept)} table{'s' if len(kept) > 1 else ''} at {base.world} GPUs"] if kept else []
+    said.append(f"{' and '.join(unmeasured)}: not measured by calibrate, kept from {base_name} "
+                f"({base.source.strip() or 'no source given'})")
+    made = replace(base, world=sweep.world if sweep is not None else base.world, tables=tables,
+                   host=scaled_host(base.host, host_speed or 1.0), source=" ".join(said))
     return collectives_doc(made)
+
+
+def scaled_host(host: HostCosts, speed: float) -> HostCosts:
+    """``host``'s engine costs on a host ``speed`` times as slow as the one they were
+    fitted on. The assumption: the 2×H100 host they were fitted on ran at the typical
+    host's speed that the step model's host costs describe (its host-bound one-GPU step,
+    the OPT-125m shape's, measured 1.05 to 1.17 times the estimate in the blocks of
+    docs/data/multi_gpu_2xh100_2026-11-25.json), and DTensor's and FSDP2's Python and
+    dispatch work slows with the host as the kernels' issue does."""
+    return HostCosts(**{k: round(getattr(host, k) * speed, 1) for k in HOST_KEYS})
 
 
 def describe(sweep: Sweep) -> str:
@@ -219,4 +239,4 @@ def describe(sweep: Sweep) -> str:
 
 
 __all__ = ["DTYPE", "MAX_LOG2", "MIN_LOG2", "TIMEOUT_S", "Sample", "Sweep", "base_collectives",
-           "collectives_on_this_machine", "describe", "measure", "section", "sizes", "sweep"]
+           "collectives_on_this_machine", "describe", "measure", "scaled_host", "section", "sizes", "sweep"]
