@@ -199,10 +199,19 @@ def section(sweep: Sweep | None, base: Collectives, base_name: str,
     it measured them, everything else ``base``'s (named in ``source``), the engines'
     host costs scaled by ``host_speed`` where calibrate measured this machine's host
     (:func:`scaled_host`)."""
-    measured = sorted({s.op for s in sweep.samples}, key=OPS.index) if sweep is not None else []
-    tables = tuple((op, tuple((s.nbytes, s.us) for s in sorted(sweep.samples, key=lambda s: s.nbytes) if s.op == op)
-                    if sweep is not None and op in measured else base.table(op)) for op in OPS)
-    kept = [op for op in OPS if op not in measured]
+    samples = sweep.samples if sweep is not None else ()
+    measured = [op for op in OPS if any(s.op == op for s in samples)]
+    tables = tuple((op, tuple(sorted((s.nbytes, s.us) for s in samples if s.op == op)) if op in measured
+                    else base.table(op)) for op in OPS)
+    made = replace(base, world=sweep.world if sweep is not None else base.world, tables=tables,
+                   host=scaled_host(base.host, host_speed or 1.0),
+                   source=_source(sweep, measured, base, base_name, host_speed))
+    return collectives_doc(made)
+
+
+def _source(sweep: Sweep | None, measured: list[str], base: Collectives, base_name: str,
+            host_speed: float | None) -> str:
+    """What the section's numbers are: measured here, scaled, or kept from ``base``."""
     said = []
     if sweep is not None:
         said.append(f"shapelint calibrate on {sweep.world}x {sweep.gpu}, {sweep.date}, torch {sweep.torch}, NCCL "
@@ -211,13 +220,12 @@ def section(sweep: Sweep | None, base: Collectives, base_name: str,
     if host_speed is not None:
         said.append(f"host_us: {base_name}'s scaled by {host_speed:.3f}, this host's measured speed (calibrate's "
                     "eager host probe), as calibrate scales the step's host costs.")
+    kept = [op for op in OPS if op not in measured]
     unmeasured = ["network_busbw_gbps, network_latency_us, overlap_slowdown"] + (["host_us"] if host_speed is None else [])
     unmeasured += [f"the {', '.join(kept)} table{'s' if len(kept) > 1 else ''} at {base.world} GPUs"] if kept else []
     said.append(f"{' and '.join(unmeasured)}: not measured by calibrate, kept from {base_name} "
                 f"({base.source.strip() or 'no source given'})")
-    made = replace(base, world=sweep.world if sweep is not None else base.world, tables=tables,
-                   host=scaled_host(base.host, host_speed or 1.0), source=" ".join(said))
-    return collectives_doc(made)
+    return " ".join(said)
 
 
 def scaled_host(host: HostCosts, speed: float) -> HostCosts:
