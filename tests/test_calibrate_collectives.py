@@ -239,3 +239,36 @@ def test_a_measured_host_speed_scales_the_engines_host_costs(tmp_path: Path, mon
     measured = gpus > 1
     assert (c.table("all_reduce") == shipped.table("all_reduce")) is not measured
     assert "host_us: not measured" not in c.source
+
+
+def _alive(pid: int) -> bool:
+    """A process that runs (a zombie, killed but not yet reaped by its new parent, does not)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_ranks_past_the_timeout_are_killed_with_their_launcher(tmp_path: Path) -> None:
+    """What calibrate's collectives and --verify --step rely on: a rank stuck in a
+    collective dies with the launcher, and the caller gets one error line."""
+    import sys
+    import time
+
+    from shapelint.measure.torchrun import run_ranks
+
+    pid_file = tmp_path / "rank.pid"
+    rank = "import time; time.sleep(120)"
+    launcher = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', {rank!r}]); "
+                f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)")
+    start = time.monotonic()
+    with pytest.raises(ShapelintError, match=r"^calibrate: collectives on 2 ranks under torchrun ran past 2 s; stopped it$"):
+        run_ranks([sys.executable, "-c", launcher], 2, "calibrate: collectives on 2 ranks")
+    assert time.monotonic() - start < 30
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
