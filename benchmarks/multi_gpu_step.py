@@ -58,6 +58,7 @@ import statistics
 import sys
 import time
 import traceback
+from pathlib import Path
 
 # NVLink multicast (NVLS) stays off on the lent machines: never turn it on.
 os.environ["NCCL_NVLS_ENABLE"] = "0"
@@ -68,6 +69,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
+from torch.distributed.tensor.parallel import ParallelStyle  # noqa: E402
 
 MIB = 1 << 20
 DEFAULT_MODES = ["none", "ddp", "fsdp", "tp", "tp_pmi"]
@@ -78,13 +80,30 @@ MODELS = {
     "gpt2": ("gpt2", 8, 1024),
     "opt125m": ("opt", 8, 1024),
     "llama1b": ("llama", 4, 1024),
+    # held out: not used to fit shapelint's host costs (multi_gpu_estimate.py --heldout);
+    # their configs are benchmarks/heldout_models/<name>/config.json
+    "qwen2_0_5b": ("qwen2", 8, 1024),
+    "pythia_410m": ("neox", 8, 1024),
+    "bert_large": ("bert", 16, 512),
 }
 SMOKE_SHAPE = (2, 32)
+HELDOUT_DIR = Path(__file__).resolve().parent / "heldout_models"
+#: the held-out families' tiny --smoke shapes (config attribute overrides)
+SMOKE_OVERRIDES = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                   "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 64}
 
 
 # --------------------------------------------------------------------------- models
 def make_config(name: str, smoke: bool):
     family = MODELS[name][0]
+    if family in ("qwen2", "neox", "bert"):
+        from transformers import AutoConfig
+        cfg = AutoConfig.from_pretrained(HELDOUT_DIR / name)
+        if smoke:
+            for key, value in SMOKE_OVERRIDES.items():
+                if hasattr(cfg, key):
+                    setattr(cfg, key, value)
+        return cfg
     if family == "gpt2":
         from transformers import GPT2Config
         if smoke:
@@ -113,8 +132,10 @@ def make_config(name: str, smoke: bool):
 
 
 def build_model(name: str, device: torch.device, smoke: bool) -> nn.Module:
-    from transformers import GPT2LMHeadModel, LlamaForCausalLM, OPTForCausalLM
-    cls = {"gpt2": GPT2LMHeadModel, "opt": OPTForCausalLM, "llama": LlamaForCausalLM}[MODELS[name][0]]
+    import transformers
+    cls = getattr(transformers, {"gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM", "llama": "LlamaForCausalLM",
+                                 "qwen2": "Qwen2ForCausalLM", "neox": "GPTNeoXForCausalLM",
+                                 "bert": "BertForMaskedLM"}[MODELS[name][0]])
     cfg = make_config(name, smoke)
     torch.manual_seed(0)
     with torch.device(device):
@@ -128,7 +149,62 @@ def blocks_of(model: nn.Module, family: str) -> list[nn.Module]:
         return list(model.transformer.h)
     if family == "opt":
         return list(model.model.decoder.layers)
-    return list(model.model.layers)
+    if family == "neox":
+        return list(model.gpt_neox.layers)
+    if family == "bert":
+        return list(model.bert.encoder.layer)
+    return list(model.model.layers)  # llama, qwen2
+
+
+#: where each family's blocks live (the rest of the parameters is FSDP's root group)
+BLOCK_PREFIXES = ("transformer.h.", "model.decoder.layers.", "model.layers.", "gpt_neox.layers.", "bert.encoder.layer.")
+
+
+class ReplicateInput(ParallelStyle):
+    """What ``PrepareModuleInput(Replicate)`` does (Megatron's f: the sub-block's input a
+    replicated DTensor, so its backward all-reduces the input gradient once), for the
+    module's first positional argument or, where it has none, its ``hidden_states``
+    keyword: the held-out families call their attention and MLP either way."""
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        from torch.distributed.tensor import DTensor, Replicate
+
+        def replicate(x):
+            if isinstance(x, torch.Tensor) and not isinstance(x, DTensor):
+                return DTensor.from_local(x, device_mesh, (Replicate(),), run_check=False)
+            return x
+
+        def hook(_module, args, kwargs):
+            if args:
+                return (replicate(args[0]), *args[1:]), kwargs
+            if "hidden_states" in kwargs:
+                return args, {**kwargs, "hidden_states": replicate(kwargs["hidden_states"])}
+            return None
+
+        module.register_forward_pre_hook(hook, with_kwargs=True)
+        return module
+
+
+def heldout_tp_plan(model: nn.Module, family: str, pmi: bool) -> dict:
+    """Column-parallel q/k/v (GPT-NeoX's fused query_key_value: its rows are head-major,
+    so a shard holds whole heads) and up, row-parallel out and down, per block; with
+    ``pmi`` the attention's and the MLP's input replicated (:class:`ReplicateInput`)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    plan: dict = {}
+    for i in range(model.config.num_hidden_layers):
+        if family == "neox":
+            p = f"gpt_neox.layers.{i}."
+            cols, rows = ["attention.query_key_value", "mlp.dense_h_to_4h"], ["attention.dense", "mlp.dense_4h_to_h"]
+            inputs = ["attention", "mlp"]
+        else:  # bert: the residual add sits inside attention.output and output, after the row-parallel dense
+            p = f"bert.encoder.layer.{i}."
+            cols = ["attention.self.query", "attention.self.key", "attention.self.value", "intermediate.dense"]
+            rows, inputs = ["attention.output.dense", "output.dense"], ["attention.self", "intermediate"]
+        plan.update({p + n: ColwiseParallel() for n in cols})
+        plan.update({p + n: RowwiseParallel() for n in rows})
+        if pmi:
+            plan.update({p + n: ReplicateInput() for n in inputs})
+    return plan
 
 
 def tp_plan(model: nn.Module, family: str, pmi: bool, tp: int) -> dict:
@@ -139,12 +215,14 @@ def tp_plan(model: nn.Module, family: str, pmi: bool, tp: int) -> dict:
         raise NotImplementedError("GPT-2's Conv1D (fused c_attn) cannot take ColwiseParallel; use opt125m")
     heads = cfg.num_attention_heads
     kv = getattr(cfg, "num_key_value_heads", heads) or heads
-    ffn = cfg.intermediate_size if family == "llama" else cfg.ffn_dim
+    ffn = cfg.ffn_dim if family == "opt" else cfg.intermediate_size
     for what, n in (("heads", heads), ("kv heads", kv), ("ffn", ffn)):
         if n % tp:
             raise ValueError(f"{what} {n} not divisible by TP {tp}")
+    if family in ("neox", "bert"):
+        return heldout_tp_plan(model, family, pmi)
     plan: dict = {}
-    if family == "llama":
+    if family in ("llama", "qwen2"):  # Qwen2 names its layers as Llama does
         for i in range(cfg.num_hidden_layers):
             p = f"model.layers.{i}."
             for n in ("q_proj", "k_proj", "v_proj"):
@@ -199,7 +277,7 @@ def wrap(mode: str, model: nn.Module, family: str, device: torch.device, world: 
         info["group_param_bytes_unsharded"] = [sum(p.numel() * 4 for p in b.parameters()) for b in blocks[:1]]
         info["root_param_bytes_unsharded"] = sum(
             p.numel() * 4 for n, p in model.named_parameters()
-            if not any(n.startswith(pref) for pref in ("transformer.h.", "model.decoder.layers.", "model.layers.")))
+            if not any(n.startswith(pref) for pref in BLOCK_PREFIXES))
         return model, info
     if mode in ("tp", "tp_pmi"):
         from torch.distributed.device_mesh import init_device_mesh

@@ -18,9 +18,12 @@ def calibrate(argv: Sequence[str]) -> int:
     args = calibrate_parser().parse_args(argv)
     from shapelint.measure import calibrate as measure
 
-    hw = measure.run(args.output)
+    which = "skip" if args.no_collectives else "only" if args.collectives_only else "measure"
+    done = measure.run(args.output, collectives=which, world_size=args.world_size)
+    hw = done.hardware
+    measured = f", collectives on {done.collectives.world} GPUs" if done.collectives is not None else ""
     print(f"wrote {args.output}: {hw.name}, bf16 {hw.peak_tflops('bf16'):.0f} TFLOP/s, "
-          f"{hw.bandwidth / 1e12:.2f} TB/s (use it with --gpu-profile {args.output})")
+          f"{hw.bandwidth / 1e12:.2f} TB/s{measured} (use it with --gpu-profile {args.output})")
     return 0
 
 

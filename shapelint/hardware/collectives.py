@@ -73,8 +73,7 @@ class Collectives:
             return 0.0
         factor = bus_factor(world) / bus_factor(self.world)
         if across_nodes:
-            ring = bus_factor(world) / (1 if op == "all_reduce" else 2)
-            return nbytes * ring / (self.network_busbw_gbps * 1e3) + self.network_latency_us
+            return nbytes * op_bus_factor(op, world) / (self.network_busbw_gbps * 1e3) + self.network_latency_us
         return interpolate(self.table(op), nbytes) * factor
 
 
@@ -82,6 +81,21 @@ def bus_factor(world: int) -> float:
     """nccl-tests' bus factor of a ring all-reduce, 2(n−1)/n (all-gather and
     reduce-scatter scale alike with n, at half the value)."""
     return 2 * (world - 1) / world
+
+
+def op_bus_factor(op: str, world: int) -> float:
+    """nccl-tests' bus factor of ``op`` (``doc/PERFORMANCE.md``): bus bandwidth = bytes /
+    time × this, bytes being the whole array (:data:`OPS`' convention); all-reduce
+    2(n−1)/n, all-gather and reduce-scatter (n−1)/n."""
+    if op not in OPS:
+        raise ValueError(f"unknown collective {op!r} (known: {', '.join(OPS)})")
+    return bus_factor(world) / (1 if op == "all_reduce" else 2)
+
+
+def bus_bandwidth_gbps(op: str, nbytes: float, us: float, world: int) -> float:
+    """nccl-tests' bus bandwidth of one ``op`` of ``nbytes`` that took ``us``, GB/s: what
+    compares across rank counts (a ring moves this much over each GPU's link)."""
+    return nbytes / (us * 1e3) * op_bus_factor(op, world)
 
 
 def interpolate(table: tuple[tuple[int, float], ...], nbytes: float) -> float:
@@ -120,6 +134,18 @@ def parse_collectives(doc: Any, where: str) -> Collectives | None:
     )
 
 
+def collectives_doc(c: Collectives) -> dict[str, Any]:
+    """``c`` as the ``collectives:`` mapping :func:`parse_collectives` reads back (what
+    ``shapelint calibrate`` writes into a profile): ``parse_collectives(collectives_doc(c))
+    == c``."""
+    doc: dict[str, Any] = {"source": c.source, "world": c.world}
+    doc.update({op: [[b, us] for b, us in c.table(op)] for op in OPS})
+    doc.update({"network_busbw_gbps": c.network_busbw_gbps, "network_latency_us": c.network_latency_us,
+                "overlap_slowdown": c.overlap_slowdown,
+                "host_us": {k: getattr(c.host, k) for k in HOST_KEYS}})
+    return doc
+
+
 def _positive(value: Any, what: str, minimum: float = 1e-12) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
         raise ShapelintError(f"{what} must be a number of at least {minimum:g}, got {show(value)}")
@@ -139,4 +165,5 @@ def _table(value: Any, what: str) -> tuple[tuple[int, float], ...]:
     return tuple(rows)
 
 
-__all__ = ["HOST_KEYS", "OPS", "Collectives", "HostCosts", "bus_factor", "interpolate", "parse_collectives"]
+__all__ = ["HOST_KEYS", "OPS", "Collectives", "HostCosts", "bus_bandwidth_gbps", "bus_factor", "collectives_doc",
+           "interpolate", "op_bus_factor", "parse_collectives"]

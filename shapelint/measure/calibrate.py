@@ -16,7 +16,11 @@ L2 flushed before every timed call, CUDA events, the median):
   a host-bound eager (and compiled) training step against the step model's host costs,
   which scale by it.
 The profile starts from the closest shipped profile (datasheet numbers) and adds a
-``measured`` block with the date, GPU, driver and torch version.
+``measured`` block with the date, GPU, driver and torch version. On a machine with two
+GPUs or more it also measures the NCCL collectives the parallel layouts are priced
+with, into the profile's ``collectives:`` section (:mod:`shapelint.measure.collectives`;
+``--no-collectives`` skips them, ``--collectives-only`` measures only them, into the
+profile ``--output`` names when it exists).
 """
 
 from __future__ import annotations
@@ -24,13 +28,17 @@ from __future__ import annotations
 import datetime
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from shapelint.errors import ShapelintError
+from shapelint.files import parse_yaml, read_text, write_file
 from shapelint.hardware import PROFILE_DIR, Hardware, profile_from_dict
+from shapelint.measure.collectives import Sweep, base_collectives, collectives_on_this_machine
+from shapelint.measure.collectives import section as collectives_section
 from shapelint.measure.timer import KernelTimer, cuda_timer, host_times, queued_ms
 from shapelint.model.dtypes import TORCH_DTYPE_NAMES
 from shapelint.model.records import Gemm
@@ -334,7 +342,8 @@ def fit(base: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def closest_base(name: str) -> dict[str, Any]:
+def closest_key(name: str) -> str:
+    """The shipped profile whose name shares the most words with the GPU's ``name``."""
     from shapelint.hardware import builtin_profiles
 
     low = name.lower()
@@ -345,16 +354,67 @@ def closest_base(name: str) -> dict[str, Any]:
         if best is None or score > best[0]:
             best = (score, key)
     assert best is not None
-    return yaml.safe_load((PROFILE_DIR / f"{best[1]}.yaml").read_text())
+    return best[1]
 
 
-def run(output: str, timer: KernelTimer | None = None) -> Hardware:
+def closest_base(name: str) -> dict[str, Any]:
+    """The YAML mapping of :func:`closest_key`'s profile (datasheet numbers): what a
+    calibrated profile starts from."""
+    return dict(yaml.safe_load((PROFILE_DIR / f"{closest_key(name)}.yaml").read_text()))
+
+
+#: what ``shapelint calibrate`` measures of collectives: ``measure`` them where the
+#: machine has two GPUs or more (the default), ``skip`` them (``--no-collectives``), or
+#: measure ``only`` them (``--collectives-only``), into the profile ``--output`` names
+COLLECTIVES = ("measure", "skip", "only")
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """The profile written, and the collectives measured for it (None: not measured)."""
+
+    hardware: Hardware
+    collectives: Sweep | None
+
+
+def run(output: str, timer: KernelTimer | None = None, collectives: str = "measure", world_size: int | None = None,
+        log: Callable[[str], None] = print) -> Calibrated:
+    """Measure this machine and write its profile to ``output`` (see the module
+    docstring); ``collectives`` one of :data:`COLLECTIVES`, on ``world_size`` GPUs
+    (default: every GPU visible)."""
     import torch
 
+    if collectives not in COLLECTIVES:
+        raise ValueError(f"collectives must be one of {COLLECTIVES}, got {collectives!r}")
     if not torch.cuda.is_available():
         raise ShapelintError("calibrate needs a CUDA GPU (torch.cuda.is_available() is False)")
+    sweep = None if collectives == "skip" else collectives_on_this_machine(world_size, collectives == "only", log)
     name = torch.cuda.get_device_name()
-    timer = timer or cuda_timer()
+    speed = None
+    if collectives == "only":
+        doc, base_name = _profile_to_update(output, name)
+    else:
+        doc, base_name = _calibrated(name, timer or cuda_timer()), closest_key(name)
+        speed = measured_host_speed(doc, profile_from_dict(closest_base(name), "base"))
+    base = profile_from_dict(doc, "base", output if base_name == output else "").collectives
+    if sweep is not None or (speed is not None and base is not None):
+        doc["collectives"] = collectives_section(sweep, base_collectives(base), base_name, speed)
+    write_file(output, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), "--output")
+    return Calibrated(profile_from_dict(doc, Path(output).stem, output), sweep)
+
+
+def measured_host_speed(doc: dict[str, Any], base: Hardware) -> float | None:
+    """How fast this host issues an eager step against ``base``'s host model, as
+    :func:`measure_step` measured it (read back from the step table it scaled by it);
+    None where the table has no measured host cost."""
+    per_kernel = (doc.get("step") or {}).get("host_us_per_kernel")
+    return round(per_kernel / base.step.host_us_per_kernel, 3) if per_kernel and base.step.host_us_per_kernel else None
+
+
+def _calibrated(name: str, timer: KernelTimer) -> dict[str, Any]:
+    """The one-GPU measurements folded into the closest shipped profile."""
+    import torch
+
     measured = measure(timer)
     base = closest_base(name)
     measured["step"] = measure_step(timer, profile_from_dict(base, "base"))
@@ -368,8 +428,20 @@ def run(output: str, timer: KernelTimer | None = None) -> Hardware:
     doc = fit(base, measured)
     doc["sources"] = list(doc.get("sources", [])) + [
         f"shapelint calibrate on {name}, {measured['date']}, torch {measured['torch']}, driver {measured['driver']}"]
-    Path(output).write_text(yaml.safe_dump(doc, sort_keys=False))
-    return profile_from_dict(doc, Path(output).stem, output)
+    return doc
+
+
+def _profile_to_update(output: str, name: str) -> tuple[dict[str, Any], str]:
+    """``--collectives-only``: the profile at ``output`` when there is one (checked
+    whole before it is touched), else the closest shipped one; and its name."""
+    path = Path(output)
+    if not path.exists():
+        return closest_base(name), closest_key(name)
+    doc = parse_yaml(read_text(path, output), output)
+    if not isinstance(doc, dict):
+        raise ShapelintError(f"{output}: a GPU profile must be a mapping, got {type(doc).__name__}")
+    profile_from_dict(doc, path.stem, output)
+    return doc, output
 
 
 def _driver() -> str:

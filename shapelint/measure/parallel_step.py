@@ -16,10 +16,6 @@ every collective, so the slowest rank sets the pace of all) and it writes the
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +24,7 @@ import torch
 
 from shapelint.errors import ShapelintError
 from shapelint.measure.step_blocks import Schedule
+from shapelint.measure.torchrun import run_ranks, torchrun_command
 from shapelint.model import serial
 from shapelint.model.step_verification import StepVerification
 from shapelint.pipeline.result import Result, result_to_data
@@ -52,36 +49,13 @@ def verify_parallel(r: Result, schedule: Schedule, note: Callable[[str], None] =
         given, got = Path(tmp, "result.json"), Path(tmp, "verification.json")
         given.write_text(json.dumps(result_to_data(r)))
         s = schedule
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
-               "-m", "shapelint.measure.parallel_worker", str(given), str(got), "--device", kind,
-               "--rounds", str(s.rounds), "--steps", str(s.steps), "--warmup", str(s.warmup)]
+        cmd = torchrun_command(world, "shapelint.measure.parallel_worker", str(given), str(got), "--device", kind,
+                               "--rounds", str(s.rounds), "--steps", str(s.steps), "--warmup", str(s.warmup))
         note(f"{r.target}: torchrun, {r.parallel.layout.describe()}")
-        returncode = _torchrun(cmd, r.target)
+        returncode = run_ranks(cmd, TIMEOUT_S, f"{r.target}: --verify --step")
         if returncode != 0 or not got.exists():
             raise ShapelintError(f"{r.target}: --verify --step under torchrun failed (exit {returncode}; "
                                  "its output is above)")
         v: StepVerification = serial.decode(StepVerification, json.loads(got.read_text()))
         return v
 
-
-def _torchrun(cmd: list[str], target: str) -> int:
-    """Run torchrun in a process group of its own: past ``TIMEOUT_S`` (or on an
-    interrupt) the whole group is killed, its rank workers too, which would otherwise
-    keep holding the GPUs; a timeout is one error line for this target."""
-    proc = subprocess.Popen(cmd, stdout=sys.stderr, stderr=sys.stderr, start_new_session=True)
-    try:
-        return proc.wait(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        raise ShapelintError(f"{target}: --verify --step under torchrun ran past {TIMEOUT_S} s; stopped it") from None
-    except BaseException:
-        _kill_group(proc)
-        raise
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()

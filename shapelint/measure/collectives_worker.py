@@ -1,0 +1,63 @@
+"""One rank of ``shapelint calibrate``'s collectives (launched by
+:func:`shapelint.measure.collectives.measure` through ``torchrun``): join the process
+group (NCCL on this rank's GPU; gloo with ``--device cpu``), run the sweep, and on
+rank 0 write what was measured as JSON.
+
+    python -m torch.distributed.run --standalone --nproc_per_node N \\
+        -m shapelint.measure.collectives_worker OUT.json [--device cpu] [--min-log2 16 --max-log2 30] [--reps R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+from shapelint.measure.collectives import MAX_LOG2, MIN_LOG2, Sweep, sizes, sweep
+from shapelint.measure.timer import REPS, WARMUP, cuda_timer, wall_timer
+
+
+def worker(argv: list[str] | None = None) -> int:
+    import torch
+    import torch.distributed as dist
+
+    p = argparse.ArgumentParser(prog="shapelint.measure.collectives_worker")
+    p.add_argument("out")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--min-log2", type=int, default=MIN_LOG2)
+    p.add_argument("--max-log2", type=int, default=MAX_LOG2)
+    p.add_argument("--reps", type=int, default=REPS)
+    args = p.parse_args(argv)
+    if args.device == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
+        dist.init_process_group("nccl", device_id=torch.device(device))
+        # a collective's operands are what it moves: no L2 flush between calls
+        timer = cuda_timer(args.reps, WARMUP, flush_l2=False)
+    else:
+        device = "cpu"
+        dist.init_process_group("gloo")
+        timer = wall_timer(args.reps, min(WARMUP, args.reps))
+    rank = dist.get_rank()
+    log = (lambda msg: print(f"shapelint calibrate: {msg}", file=sys.stderr, flush=True)) if rank == 0 else None
+    try:
+        samples = sweep(device, timer, sizes(args.min_log2, args.max_log2), log=log or (lambda _msg: None))
+        if rank == 0:
+            gpu = torch.cuda.get_device_name(device) if args.device == "cuda" else "CPU (gloo)"
+            nccl = ".".join(map(str, torch.cuda.nccl.version())) if args.device == "cuda" else "none (gloo)"
+            found = Sweep(tuple(samples), dist.get_world_size(), gpu, str(torch.__version__), nccl,
+                          datetime.date.today().isoformat(), args.reps)
+            Path(args.out).write_text(json.dumps(found.to_json()))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off, as on the measured machines
+    sys.exit(worker())
