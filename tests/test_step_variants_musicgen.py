@@ -58,3 +58,23 @@ def test_a_padded_vocabulary_is_sliced_on_every_codebook_head_and_the_step_train
     out.loss.backward()  # one training step's backward, through the sliced heads
     grad = model.get_submodule(heads[3]).weight.grad
     assert grad is not None and grad.shape == (PADDED, 32) and not grad[VOCAB:].any()
+
+
+@pytest.mark.slow  # lints and builds MusicGen, then trains it on the CPU: about 8 s on 2 cores
+def test_verify_step_trains_musicgen_on_the_cpu(tmp_path: Path) -> None:
+    """The whole ``--verify --step`` path on the CPU: lint, build the real model with the
+    inputs the lint traced (codebook labels), and time real training steps."""
+    from shapelint.check.run import builtin_rules
+    from shapelint.hardware import resolve
+    from shapelint.measure import step as vs
+    from shapelint.measure import step_blocks as blocks
+    from shapelint.pipeline.result import Options
+    from shapelint.pipeline.run import lint_target
+
+    r = lint_target(tiny_musicgen(tmp_path), Options(dtype="fp32", batch=BATCH, seq=SEQ), resolve("h100"),
+                    builtin_rules())
+    assert r.step_time is not None
+    v = vs.verify_result(r, vs.RunOptions(device="cpu", schedule=blocks.Schedule(rounds=1, steps=1, warmup=1))
+                         ).to_json()
+    assert v["status"] == "measured" and v["device"] == "cpu" and v["steps"] == 1
+    assert v["measured_ms"] > 0 and v["est_ms"] == round(r.step_time.ms, 4)
