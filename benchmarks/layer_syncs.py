@@ -29,7 +29,9 @@ from typing import Any
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # shapelint from this checkout (the GPU machine gets a copy of the tree)
 
 #: (layers, width, tokens): a GPU-bound stack, one nearer the host's bound, a host-bound one
 SHAPES = ((24, 2048, 8192), (24, 1024, 4096), (48, 512, 1024))
