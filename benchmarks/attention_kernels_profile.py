@@ -9,9 +9,8 @@ measures). Prints the profiler's kernel table for SL302's BAD example
 from __future__ import annotations
 
 import torch
-from torch.profiler import ProfilerActivity, profile
-
 from shapelint.rules.sl302_materialized_attention import ManualAttention
+from torch.profiler import ProfilerActivity, profile
 
 
 def main() -> None:

@@ -35,8 +35,8 @@ def main() -> int:
     p.add_argument("--json", help="write the rows here")
     args = p.parse_args()
     import multi_gpu_estimate as est  # imports shapelint from this checkout
-
     import multi_gpu_step as bench
+
     from shapelint.app.api import lint_target
     from shapelint.errors import ShapelintError
 

@@ -63,6 +63,7 @@ def exact(build: Build, **kwargs: Any) -> Stats:
     for a, b in zip(_canonical(replayed.ops), _canonical(full.ops)):
         assert a == b
     assert replayed.params == full.params
+    assert (replayed.syncs, replayed.breaks) == (full.syncs, full.breaks)  # host reads and graph breaks too
     assert (replayed.training, replayed.precision) == (full.training, full.precision)
     return stats
 

@@ -68,6 +68,29 @@ def test_the_api_report_validates() -> None:
     assert "gemms" not in lean and lean["summary"]["gemm_count"] == 2
 
 
+def test_the_report_states_the_versions_the_trace_ran_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+    from importlib import metadata
+
+    import torch
+    from torch import nn
+
+    import shapelint
+    from shapelint.report import versions
+
+    doc = shapelint.lint(nn.Linear(1023, 4096), torch.randn(64, 1023)).to_json(gemms=False)
+    assert doc["versions"] == {"shapelint": shapelint.__version__, "python": platform.python_version(),
+                               "torch": torch.__version__, "transformers": metadata.version("transformers")}
+    # a library that is not installed is null, and the document still validates
+    monkeypatch.setattr(versions, "MODEL_LIBRARIES", ("transformers", "no-such-model-library"))
+    doc = shapelint.lint(nn.Linear(1023, 4096), torch.randn(64, 1023)).to_json(gemms=False)
+    assert doc["versions"]["no-such-model-library"] is None
+    _validate(doc, "report.schema.json")
+    del doc["versions"]["torch"]
+    with pytest.raises(jsonschema.ValidationError, match="'torch' is a required property"):
+        _validate(doc, "report.schema.json")
+
+
 def test_the_rule_schema(capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (["rule", "SL501", "--output-format", "json"], ["rule", "--all", "--output-format", "json"]):
         rc, out, _ = run(argv, capsys)

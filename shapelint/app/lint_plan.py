@@ -3,7 +3,7 @@ alike: the rules (loaded, checked against the configuration, selected), each tar
 ``Options`` and GPU by one precedence, and the suppression applied to its result.
 
 The precedence of a setting: a flag (or an API keyword) > the target's own setting
-(a shapelint YAML's ``dtype``, ``gpu``, ``training``, ``tp``, ``batch``, ``seq``) >
+(a shapelint YAML's ``dtype``, ``gpu``, ``batch``...: ``TARGET_SETTINGS``) >
 the configuration file > the built-in default. The settings a target cannot set (the
 reporting policy, ``allow-builders``) come from the flags and the configuration alone.
 """
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from shapelint.app.config import Config
 from shapelint.errors import ShapelintError
+from shapelint.model.target_settings import TARGET_SETTINGS
 from shapelint.pipeline.settings import Settings, merged, or_default
 
 if TYPE_CHECKING:
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
     from shapelint.hardware import Hardware
     from shapelint.pipeline.result import Options
 
-#: settings a shapelint YAML target can carry, by the configuration key they shadow
-TARGET_SETTINGS = ("dtype", "gpu", "training", "tp", "batch", "seq", "dp", "fsdp", "sp", "gpus_per_node")
 #: the reporting policy's settings (``shapelint.price.Policy``'s fields, hyphenated)
 POLICY_SETTINGS = ("min-loss", "min-speedup", "min-step-share")
 

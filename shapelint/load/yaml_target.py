@@ -27,11 +27,10 @@ from shapelint.load.input_specs import TORCH_DTYPES, inputs_from_specs
 from shapelint.load.loaded import Loaded
 from shapelint.load.usercode import quiet_torch_logs, user_code
 from shapelint.model.records import Source
+from shapelint.model.target_settings import TARGET_SETTINGS
 
-YAML_KEYS = {"model", "kwargs", "inputs", "dtype", "gpu", "training", "tp", "batch", "seq", "hf_config", "dp", "fsdp",
-             "sp", "gpus_per_node"}
-#: the keys that are the target's own settings (the run's flags win over them)
-SETTING_KEYS = ("dtype", "gpu", "training", "tp", "batch", "seq", "dp", "fsdp", "sp", "gpus_per_node")
+#: the keys a YAML target may have: what builds the model, and its own settings
+YAML_KEYS = {"model", "kwargs", "inputs", "hf_config", *TARGET_SETTINGS}
 
 
 def load_yaml(path: Path, *, batch: int | None = None, seq: int | None = None,
@@ -67,7 +66,7 @@ def yaml_target(path: Path, batch: int | None, seq: int | None
     if "model" not in doc and "hf_config" not in doc:
         raise ShapelintError(f"{path}: needs 'model: module:function' (or 'hf_config: {{...}}')")
     validate.settings(doc, str(path), PRECISIONS)
-    settings: dict[str, Any] = {k: doc[k] for k in SETTING_KEYS if k in doc}
+    settings: dict[str, Any] = {k: doc[k] for k in TARGET_SETTINGS if k in doc}
     if "hf_config" in doc and not isinstance(doc["hf_config"], dict):
         raise ShapelintError(f"{path}: hf_config must be a mapping of config keys")
     return doc, settings, batch or settings.get("batch"), seq or settings.get("seq")

@@ -169,26 +169,42 @@ def slice_padded_logits(built: Built, findings: Sequence[Finding]) -> tuple[str,
     tokenizer's size before the loss (``logits[..., :vocab]``), as the finding asks;
     a Hugging Face model's loss then reads the vocabulary size it is told. Returns the
     modules sliced."""
-    done = []
+    done: list[str] = []
     for f in findings:
         vocab = f.vocab
         s = f.suggestion
         if not f.slices or vocab is None or s is None or not isinstance(s.to, int):
             continue
-        head = _output_layer(built.model, f, s.to)
-        if head is None:
+        heads = _output_layers(built.model, f, s.to)
+        for _, module in heads:
+            module.register_forward_hook(lambda _m, _i, out, keep=vocab: out[..., :keep])
+        if not heads:
             continue
-        name, module = head
-        module.register_forward_hook(lambda _m, _i, out, keep=vocab: out[..., :keep])
         _slice_logits_bias(built.model, s.to, vocab)
         config = getattr(built.model, "config", None)
         if config is not None:
-            text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+            text = _loss_config(config)
             for key in VOCAB_SIZE_KEYS:
                 if getattr(text, key, None) == s.to:
                     setattr(text, key, vocab)
-        done.append(name)
+        done.extend(name for name, _ in heads)
     return tuple(done)
+
+
+def _loss_config(config: Any) -> Any:
+    """The (sub-)config whose vocabulary the loss reads, as the model holds it: the
+    config itself, or its one text sub-config (a VLM's ``text_config``). A composite
+    config with two text configs (MusicGen: ``text_encoder`` and ``decoder``) refuses a
+    bare ``get_text_config()`` as ambiguous; the loss reads the decoder's. Only then is
+    ``decoder=True`` asked: on a flat encoder-decoder config (Marian) it returns a copy,
+    where a vocabulary set would reach no loss."""
+    get = getattr(config, "get_text_config", None)
+    if not callable(get):
+        return config
+    try:
+        return get()
+    except ValueError:
+        return get(decoder=True)
 
 
 #: config attributes a Hugging Face loss reads the vocabulary from (Marian's loss reads
@@ -208,14 +224,21 @@ def _slice_logits_bias(model: torch.nn.Module, padded: int, vocab: int) -> None:
             model.register_buffer(name, bias[..., :vocab].clone())
 
 
-def _output_layer(model: torch.nn.Module, f: Finding, padded: int) -> tuple[str, torch.nn.Module] | None:
+def _output_layers(model: torch.nn.Module, f: Finding, padded: int) -> list[tuple[str, torch.nn.Module]]:
+    """The padded output layers: the finding's modules, else the model's output
+    embeddings (one Linear, or a list of them: MusicGen has one head per codebook, each
+    ``vocab_size`` wide, all grown and all sliced back). Each layer once."""
     names = [m for m in (*f.modules, f.module) if "*" not in m]
+    found = [(n, model.get_submodule(n)) for n in dict.fromkeys(names) if _has(model, n)]
     get = getattr(model, "get_output_embeddings", None)
     out = get() if callable(get) else None
-    candidates = [(n, model.get_submodule(n)) for n in dict.fromkeys(names) if _has(model, n)]
-    if out is not None:
-        candidates.append((next((n for n, m in model.named_modules() if m is out), "output embeddings"), out))
-    return next(((n, m) for n, m in candidates if isinstance(m, torch.nn.Linear) and m.out_features == padded), None)
+    if isinstance(out, torch.nn.Module):
+        found += [(n, m) for n, m in model.named_modules() if m is out or any(m is o for o in out.children())]
+    heads: dict[int, tuple[str, torch.nn.Module]] = {}
+    for n, m in found:
+        if isinstance(m, torch.nn.Linear) and m.out_features == padded:
+            heads.setdefault(id(m), (n, m))
+    return list(heads.values())
 
 
 def _has(model: torch.nn.Module, name: str) -> bool:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shapelint.model.target_settings import GPUS_PER_NODE
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -25,7 +27,7 @@ class Layout:
     tp: int = 1
     #: sequence parallelism: the tensor-parallel all-reduces become reduce-scatter + all-gather
     sp: bool = False
-    gpus_per_node: int = 8
+    gpus_per_node: int = GPUS_PER_NODE
 
     @property
     def world_size(self) -> int:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from shapelint.errors import ShapelintError
 from shapelint.files import INT64_MAX
 from shapelint.model.dtypes import PRECISION_NAMES
+from shapelint.model.target_settings import GPUS_PER_NODE
 from shapelint.model.thresholds import MIN_LOSS, MIN_SPEEDUP, MIN_STEP_SHARE
 
 #: compute precisions a user may ask for (``--dtype`` and the ``dtype`` key)
@@ -93,7 +94,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sp", "bool", "sequence parallelism with --tp: reduce-scatter and all-gather instead of all-reduce "
                           "(default: off)", False),
     Setting("gpus-per-node", "positive", "GPUs per machine (NVLink within one, the network between them; "
-                                         "default 8)", 8),
+                                         f"default {GPUS_PER_NODE})", GPUS_PER_NODE),
     Setting("format", "format", "report format: text, json, sarif (GitHub code scanning), github (workflow "
                                 "annotations), concise (one line per finding: path:line:col: CODE message); "
                                 "default text (--output-format is the same flag, as ruff spells it)", "text"),

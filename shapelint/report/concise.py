@@ -4,7 +4,8 @@ ruff's concise format (and every editor's problem matcher) reads it.
 The line is the one the finding points at (the layer's construction, or the config key
 that sets the size); a finding that points at no line is reported on the target's first
 line. The column is that of the value ``--fix`` edits when it edits one on that line
-(:mod:`shapelint.fix.preview`), else 1; a finding ``--fix`` can fix is marked ``[*]``,
+(:mod:`shapelint.fix.preview`), else the one the locator found, else 1
+(:mod:`shapelint.report.columns`); a finding ``--fix`` can fix is marked ``[*]``,
 as ruff marks its fixable diagnostics. Ends with ``Found N findings.`` (``All checks
 passed!`` for none; with ``[*] N fixable with --fix.``) unless ``quiet``.
 """
@@ -16,15 +17,14 @@ from typing import IO, Any
 
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Result
+from shapelint.report.columns import column
 
 
 def where(r: Result, f: Finding, fix: dict[str, Any] | None = None) -> str:
-    """``path:line:col`` of a finding (the column of its fix's edit on that line, else 1)."""
+    """``path:line:col`` of a finding (:func:`shapelint.report.columns.column`, else 1)."""
     if f.source is None:
         return f"{r.config_file or r.target}:1:1"
-    column = next((e["location"]["column"] for e in (fix or {}).get("edits", ())
-                   if e["file"] == f.source.file and e["location"]["row"] == f.source.line), 1)
-    return f"{f.source.file}:{f.source.line}:{column}"
+    return f"{f.source.file}:{f.source.line}:{column(f, fix) or 1}"
 
 
 def message(f: Finding) -> str:

@@ -1,6 +1,6 @@
 """``--format github``: GitHub Actions workflow commands, one annotation per finding::
 
-    ::error file=model.py,line=23,title=SL101 misaligned-leading-dim::in_features = 1023 is ...
+    ::error file=model.py,line=23,col=27,title=SL101 misaligned-leading-dim::in_features = 1023 is ...
 
 The level follows the severity (error → ``error``, warning → ``warning``, info →
 ``notice``). Escaping is GitHub's (``@actions/core``): in the message ``%``, CR
@@ -18,11 +18,13 @@ A target that could not be linted is an ``error`` annotation too, at the target'
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from shapelint.pipeline.result import Result, TargetError
-from shapelint.report.sarif import location, message, relative_path
+from shapelint.report.columns import column
+from shapelint.report.sarif import located_at_source, location, message, relative_path
 
 LEVELS = {"error": "error", "warning": "warning", "info": "notice"}
 
@@ -56,20 +58,25 @@ def error_annotation(e: TargetError) -> str:
                       line=int(m.group(1)) if m else None, title=ERROR_TITLE)
 
 
-def render(results: Sequence[Result], errors: Sequence[TargetError] = ()) -> str:
+def render(results: Sequence[Result], errors: Sequence[TargetError] = (),
+           fixes: Mapping[tuple[str, int], dict[str, Any]] | None = None) -> str:
     """One annotation per finding (suppressed ones left out), then one per target
-    that could not be linted."""
+    that could not be linted. ``col`` where the finding is at its own line and a column
+    is known there (``fixes``: each fixable finding's fix, by (target, index in
+    ``Result.findings``), whose edit's column comes first: :mod:`shapelint.report.columns`)."""
     lines = []
     for r in results:
-        for f in r.findings:
+        for i, f in enumerate(r.findings):
             if f.suppressed:
                 continue
             file, line = location(f, r)
+            col = column(f, (fixes or {}).get((r.target, i))) if located_at_source(f, r) else None
             lines.append(annotation(
                 LEVELS.get(f.severity, "warning"),
                 message(f),
                 file=relative_path(file) or file,
                 line=line,
+                col=col,
                 title=f"{f.code} {f.name}",
             ))
     lines += [error_annotation(e) for e in errors]

@@ -1,7 +1,8 @@
 """``--format json``: the machine-readable document. Its keys are a public contract
 (users' CI parses them): extend, never rename.
 
-Top level: ``gemms`` (left out with ``--no-gemms``), ``findings`` (each with its ``fix``:
+Top level: ``version`` (shapelint's), ``versions`` (shapelint, Python, torch and
+transformers: what the trace ran on), ``gemms`` (left out with ``--no-gemms``), ``findings`` (each with its ``fix``:
 the edits ``--fix`` would make, or null), ``summary`` (and ``targets``, one summary
 each), ``errors``: the targets that could not be linted, ``{"target": ..., "message": ...}``
 each (the run then exits 2; the other targets are reported as usual). The schema is
@@ -17,6 +18,7 @@ from typing import Any
 from shapelint.physics.kernels import scan_note
 from shapelint.pipeline.result import Result, TargetError
 from shapelint.report.parallel import summary_keys
+from shapelint.report.versions import versions
 from shapelint.version import __version__
 
 
@@ -88,8 +90,9 @@ def document(results: Sequence[Result], *, show_suppressed: bool = False,
                 for r in results for i, f in enumerate(r.findings) if show_suppressed or not f.suppressed]
     per = [summary(r) for r in results]
     total = dict(per[0]) if len(per) == 1 else _total(per)
-    return {"version": __version__, **({"gemms": records} if records is not None else {}), "findings": findings,
-            "summary": total, "targets": per, "errors": [{"target": e.target, "message": e.message} for e in errors]}
+    return {"version": __version__, "versions": versions(),
+            **({"gemms": records} if records is not None else {}), "findings": findings, "summary": total,
+            "targets": per, "errors": [{"target": e.target, "message": e.message} for e in errors]}
 
 
 #: the summary counts that add up over targets

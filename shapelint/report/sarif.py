@@ -28,6 +28,7 @@ from urllib.parse import quote
 
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Result, TargetError
+from shapelint.report.columns import column
 from shapelint.report.json_report import Fixes
 from shapelint.version import __version__
 
@@ -90,6 +91,20 @@ def location(f: Finding, r: Result) -> tuple[str, int]:
         if relative_path(f.source.file) is not None or relative_path(target) is None:
             return f.source.file, f.source.line
     return target, 1
+
+
+def region(f: Finding, r: Result, fix: dict[str, Any] | None = None) -> dict[str, int]:
+    """The SARIF region of :func:`location`: its line, and its ``startColumn`` where the
+    finding is reported at its own line and a column is known there
+    (:func:`shapelint.report.columns.column`)."""
+    _, line = location(f, r)
+    col = column(f, fix) if located_at_source(f, r) else None
+    return {"startLine": max(1, line), **({"startColumn": col} if col else {})}
+
+
+def located_at_source(f: Finding, r: Result) -> bool:
+    """Whether :func:`location` reports ``f`` at its own source line (not the target's first)."""
+    return f.source is not None and location(f, r) == (f.source.file, f.source.line)
 
 
 # -- rules ----------------------------------------------------------------------
@@ -195,7 +210,7 @@ def _result(f: Finding, r: Result, rule_index: int, seen: dict[str, int],
         "level": LEVELS.get(f.severity, "warning"),
         "message": {"text": message(f)},
         "locations": [{
-            "physicalLocation": {"artifactLocation": art, "region": {"startLine": max(1, line)}},
+            "physicalLocation": {"artifactLocation": art, "region": region(f, r, fix)},
             "logicalLocations": [{"fullyQualifiedName": f.module, "kind": "module"}],
         }],
         "partialFingerprints": {FINGERPRINT_KEY: fp},

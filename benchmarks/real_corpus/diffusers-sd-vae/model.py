@@ -1,6 +1,8 @@
 """Stable Diffusion's AutoencoderKL (kl-f8), trained at 256px."""
 import torch
 from diffusers import AutoencoderKL
+
+
 def shapelint_model(batch: int = 8):
     vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
                         up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(128, 256, 512, 512),

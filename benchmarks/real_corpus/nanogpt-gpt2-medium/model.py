@@ -3,8 +3,11 @@ targets), GPT-2 medium (24 layers, 16 heads, 1024 wide), trained with targets at
 config/train_gpt2.py shape (batch 12, block 1024)."""
 import math
 from dataclasses import dataclass
-import torch, torch.nn as nn
+
+import torch
+import torch.nn as nn
 from torch.nn import functional as F
+
 
 @dataclass
 class GPTConfig:

@@ -90,6 +90,22 @@ def copy_ops(t: Call, m: Member, serial: Callable[[int], int], ops: list[OpRow])
     return out
 
 
+def append_forward(rec: Recorder, t: Call, shapes: list[ShapeRow], ops: list[OpRow]) -> None:
+    """A copy of the template's forward records, appended with its host reads and graph
+    breaks at the same places among its ops: an eager step waits for the GPU at each read
+    in every layer (a ``torch.isnan(x).any()`` check per layer is a sync per layer), and
+    dynamo breaks the graph in every layer where it breaks the template's."""
+    marks = sorted([(p, rec.note_host_sync) for p in t.fwd.syncs(rec)]
+                   + [(p, rec.note_graph_break) for p in t.fwd.breaks(rec)], key=lambda m: m[0])
+    rec.append(shapes, ())
+    done = 0
+    for at, note in marks:
+        rec.append((), ops[done:at])
+        done = at
+        note()
+    rec.append((), ops[done:])
+
+
 def expand(rec: Recorder, placeholders: list[Replayed], bwd_owners: dict[int, Owners]) -> None:
     """Put each placeholder's copy of its template's backward records in its place."""
     if not placeholders:

@@ -178,7 +178,8 @@ class Replayer:
         state = Replayed(m, t, x_serial, rec.reserve_serials(t.fwd.made), meta(x),
                          tuple(p for p in m.module.parameters() if p.requires_grad))
         serial = copying.serial_map(t, state, backward=False)
-        rec.append(copying.copy_shapes(t.fwd.shapes(rec), owners), copying.copy_ops(t, m, serial, t.fwd.ops(rec)))
+        copying.append_forward(rec, t, copying.copy_shapes(t.fwd.shapes(rec), owners),
+                               copying.copy_ops(t, m, serial, t.fwd.ops(rec)))
         with rec.paused():
             ys = ReplayedLayer.apply(state, self, x, *state.params)
         for y, o in zip(ys, t.outs):

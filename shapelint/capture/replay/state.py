@@ -24,13 +24,26 @@ class Span:
 
     start: Position
     end: Position = _OPEN
+    #: how many host syncs and graph breaks the recording held at the start and at the end
+    marks_start: tuple[int, int] = (0, 0)
+    marks_end: tuple[int, int] = (0, 0)
 
     @staticmethod
     def open(rec: Recorder) -> Span:
-        return Span(rec.position())
+        return Span(rec.position(), marks_start=_marks(rec))
 
     def close(self, rec: Recorder) -> None:
         self.end = rec.position()
+        self.marks_end = _marks(rec)
+
+    def syncs(self, rec: Recorder) -> tuple[int, ...]:
+        """Where the host read a value inside the span (an eager step waits there), as
+        positions in the span's ops."""
+        return tuple(p - self.start.ops for p in rec.syncs[self.marks_start[0]:self.marks_end[0]])
+
+    def breaks(self, rec: Recorder) -> tuple[int, ...]:
+        """Where dynamo breaks the graph inside the span, as positions in the span's ops."""
+        return tuple(p - self.start.ops for p in rec.breaks[self.marks_start[1]:self.marks_end[1]])
 
     @property
     def made(self) -> int:
@@ -46,6 +59,10 @@ class Span:
 
     def ops(self, rec: Recorder) -> list[OpRow]:
         return rec.ops_between(self.start, self.end)
+
+
+def _marks(rec: Recorder) -> tuple[int, int]:
+    return len(rec.syncs), len(rec.breaks)
 
 
 @dataclass(eq=False)
