@@ -206,7 +206,8 @@ def test_a_step_whose_loss_rejects_the_labels_runs_without_them_and_says_so() ->
     assert [(g.phase, g.m, g.n, g.k) for g in cap.gemms] == [
         ("forward", 32, 100, 32), ("grad_input", 32, 32, 100), ("grad_weight", 100, 32, 32)]
     (note,) = cap.notes
-    assert note.startswith("traced without labels: the model's loss rejected the labels shapelint made "
+    # its forward raised (no frame named like a loss): the note says the step failed, not the loss
+    assert note.startswith("traced without labels: the step failed with the labels shapelint made "
                            "(ValueError: labels must be (batch, seq, codebooks), got (2, 16))")
 
 

@@ -121,7 +121,7 @@ def report(outcome: Linted, fmt: str, out: IO[str], color: bool | None = False) 
     elif fmt == "github":
         from shapelint.report import github
 
-        out.write(github.render(outcome.results, outcome.errors))
+        out.write(github.render(outcome.results, outcome.errors, fixes=fixes(outcome)))
     elif fmt == "concise":
         from shapelint.report import concise
 

@@ -6,8 +6,10 @@ precision (:mod:`.precision`); repeated layers are traced once and copied
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -128,13 +130,24 @@ def capture(
             cap = _capture_replayed(model, unlabelled, precision, training, defined_at, replay)
         except ShapelintError:
             raise exc from None
-        why = str(exc).removeprefix("cannot trace the model: ")
-        cap.notes += (f"traced without labels: the model's loss rejected the labels shapelint made ({why}); "
-                      f"the step differentiates the model's outputs instead",)
+        cap.notes += (labels_note(exc),)
     mode = next((getattr(p, "fake_mode", None) for p in model.parameters()), None)
     if isinstance(mode, RecordingFakeMode):
         cap.host_reads = tuple(mode.host_reads.reads)
     return cap
+
+
+def labels_note(exc: ShapelintError) -> str:
+    """The note of a step traced without labels, worded from its first failure: a loss
+    rejected the labels where a loss function raised it (a frame named ``*loss*`` in the
+    traceback), else the step failed with them, whatever it was."""
+    why = str(exc).removeprefix("cannot trace the model: ")
+    cause = exc.__cause__
+    frames = traceback.extract_tb(cause.__traceback__) if cause is not None else []
+    loss = next((f for f in reversed(frames) if "loss" in f.name.lower()), None)
+    what = (f"the model's loss ({loss.name}, {Path(loss.filename).name}:{loss.lineno}) rejected the labels "
+            f"shapelint made" if loss is not None else "the step failed with the labels shapelint made")
+    return f"traced without labels: {what} ({why}); without them it runs: the step differentiates the model's outputs"
 
 
 def _without_labels(inputs: Any) -> dict[str, Any] | None:
