@@ -49,15 +49,20 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
     tied = [i for i, (_, p) in enumerate(reversed(trained)) if owners[id(p)] > 1]  # an embedding tied to the LM head
     for i in sorted(tied, reverse=True):  # a tied weight's gradient is ready last
         grads.append(grads.pop(i))
+    param_bytes = max((p.element_size() for _, p in trained), default=4)
+    compute = DTYPE_BYTES.get(precision, param_bytes)
     return ParallelPlan(
         layout=layout,
         grads=tuple(grads),
         groups=_groups(model, dict(trained), nbytes),
-        tp_layers=_tp_layers(gemms, styles, precision, trained) if tp > 1 else (),
+        tp_layers=_tp_layers(gemms, styles, compute, param_bytes) if tp > 1 else (),
         tp_sharded=len(styles),
         tp_styles=tuple(sorted(styles.items())),
         not_sharded=sharded.not_sharded if sharded is not None else (),
         rank_params=tuple((-(-elems(n, p) // layout.fsdp), p.element_size()) for n, p in trained),
+        whole_attention=sharded.whole_attention if sharded is not None else (),
+        tp_fwd_bytes=compute,
+        tp_bwd_bytes=param_bytes,
     )
 
 
@@ -79,11 +84,9 @@ def _groups(model: torch.nn.Module, trained: dict[str, torch.Tensor],
     return (ParamGroup("<root>", sum(nbytes(n, trained[n]) for n in root), len(root)), *out)
 
 
-def _tp_layers(gemms: Sequence[Gemm], styles: dict[str, str], precision: str,
-               trained: Sequence[tuple[str, torch.Tensor]]) -> tuple[TensorParallelLayer, ...]:
+def _tp_layers(gemms: Sequence[Gemm], styles: dict[str, str], compute: int,
+               param_bytes: int) -> tuple[TensorParallelLayer, ...]:
     """Each row-parallel layer's forward and backward all-reduce sizes."""
-    param_bytes = max((p.element_size() for _, p in trained), default=4)
-    compute = DTYPE_BYTES.get(precision, param_bytes)
     out: dict[str, TensorParallelLayer] = {}
     for g in gemms:
         if g.phase != "forward" or styles.get(g.module) != "row" or g.module in out:

@@ -27,6 +27,7 @@ from typing import Any, Protocol, get_args
 
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
+from shapelint.model.parallel import WholeAttention
 from shapelint.model.records import (
     ATTN_ROLES,
     Change,
@@ -78,6 +79,8 @@ class RuleContext:
     tp: int = 1
     #: the layers tensor parallelism split (their GEMMs are one GPU's shard)
     sharded: frozenset[str] = frozenset()
+    #: attention modules left whole on every rank because ``tp`` does not divide their heads
+    whole_attention: tuple[WholeAttention, ...] = ()
 
     def is_vocab_dim(self, value: int) -> bool:
         """``value`` is a vocabulary size, or one GPU's shard of one."""

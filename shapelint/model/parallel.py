@@ -85,6 +85,41 @@ class TensorParallelLayer:
 
 
 @dataclass(frozen=True)
+class WholeAttention:
+    """An attention module tensor parallelism leaves whole because its degree does not
+    divide the heads (or the key/value heads, where they are not fewer than the degree
+    and replicated): every rank computes all heads, its projections unsharded. What
+    sharding it would take (SL602), read off the capture."""
+
+    module: str
+    heads: int
+    kv_heads: int
+    head_dim: int
+    #: (linear layer, "column" | "row") of its projections, as they would be sharded
+    layers: tuple[tuple[str, str], ...] = ()
+    #: elements of each row-parallel projection's output (the all-reduce it would add)
+    reduce_elems: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class ParallelChange:
+    """What a finding changes in the parallel plan, for the pricer to apply
+    (``shapelint.price.communication.applied``): linear layers it shards and the
+    row-parallel all-reduces they add (elements of each output), or FSDP2 blocks
+    wrapped together into one ``fully_shard`` group (0: unchanged)."""
+
+    tp_reduce_elems: tuple[tuple[str, int], ...] = ()
+    tp_sharded: int = 0
+    fsdp_blocks_per_group: int = 0
+
+    def merged(self, other: ParallelChange) -> ParallelChange:
+        """Both changes (repeated layers' findings grouped into one)."""
+        reduces = tuple(dict((*self.tp_reduce_elems, *other.tp_reduce_elems)).items())
+        return ParallelChange(reduces, self.tp_sharded + other.tp_sharded,
+                              max(self.fsdp_blocks_per_group, other.fsdp_blocks_per_group))
+
+
+@dataclass(frozen=True)
 class ParallelPlan:
     """What the layout does to this model's step (see the module docstring)."""
 
@@ -105,6 +140,12 @@ class ParallelPlan:
     #: (elements, bytes per element) of each trained parameter one rank holds and
     #: updates (tensor-parallel layers split, FSDP's shards): what its optimizer steps
     rank_params: tuple[tuple[int, int], ...] = ()
+    #: attention modules left whole because the degree does not divide their heads
+    whole_attention: tuple[WholeAttention, ...] = ()
+    #: bytes per element of a row-parallel layer's forward all-reduce (the compute
+    #: dtype) and of its backward one (the parameters' dtype)
+    tp_fwd_bytes: int = 2
+    tp_bwd_bytes: int = 4
 
     @property
     def param_bytes(self) -> int:
@@ -146,4 +187,5 @@ class Communication:
         return self.exposed_ms + self.copy_ms + self.contention_ms
 
 
-__all__ = ["Collective", "Communication", "Layout", "ParallelPlan", "ParamGroup", "TensorParallelLayer"]
+__all__ = ["Collective", "Communication", "Layout", "ParallelChange", "ParallelPlan", "ParamGroup",
+           "TensorParallelLayer", "WholeAttention"]

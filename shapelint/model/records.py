@@ -17,6 +17,7 @@ from shapelint.model.dtypes import DTYPE_BYTES
 from shapelint.model.graphs import GraphBreaks as GraphBreaks
 from shapelint.model.locations import ConfigLocation, Pretrained
 from shapelint.model.locations import Source as Source
+from shapelint.model.parallel import ParallelChange
 from shapelint.model.verification import FindingVerification
 
 Phase = Literal["forward", "grad_input", "grad_weight", "recompute"]
@@ -253,6 +254,9 @@ class Change:
     #: the logits are sliced back (``--verify --step``), the embedding of the same
     #: vocabulary grows with it (``--fix``), and a pretrained model pads it in code
     vocab: int | None = None
+    #: what the change does to the parallel layout's communication (layers it shards,
+    #: FSDP2 groups it merges), applied by the step model; None: nothing
+    parallel: ParallelChange | None = None
 
 
 @dataclass(frozen=True)
@@ -382,6 +386,8 @@ class Finding:
     pretrained: Pretrained | None = None
     #: why ``--fix`` left the finding as it is
     not_fixed: str | None = None
+    #: the change's ``parallel`` (layers it shards, FSDP2 groups it merges), for the step model
+    parallel: ParallelChange | None = None
 
     @property
     def est_speedup(self) -> float | None:

@@ -26,7 +26,8 @@ def trace_example(rule: Rule, example: Example) -> tuple[Capture, RuleContext]:
     sharded = sharding(cap.gemms, example.tp)
     cap.gemms = sharded.gemms
     ctx = RuleContext(precision=example.dtype, training=example.training, tokens=cap.tokens,
-                      vocab_sizes=vocab_sizes(model), tp=example.tp, sharded=frozenset(sharded.styles))
+                      vocab_sizes=vocab_sizes(model), tp=example.tp, sharded=frozenset(sharded.styles),
+                      whole_attention=sharded.whole_attention)
     return cap, ctx
 
 

@@ -138,6 +138,7 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
         vocab_sizes=vocab_sizes(loaded.model),
         tp=tp,
         sharded=frozenset(sharded.styles) if sharded is not None else frozenset(),
+        whole_attention=sharded.whole_attention if sharded is not None else (),
     )
     graphs = loaded.compile_probe() if target.compiled and loaded.compile_probe is not None else None
     step_of_capture = Step(cap.gemms, cap.ops, cap.params, training, cap.syncs, cap.breaks, graphs)

@@ -39,13 +39,20 @@ accumulation, and contention between two parallel engines' collectives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
 from shapelint.hardware.collectives import Collectives
-from shapelint.model.parallel import Collective, Communication, ParallelPlan
+from shapelint.model.parallel import (
+    Collective,
+    Communication,
+    ParallelChange,
+    ParallelPlan,
+    ParamGroup,
+    TensorParallelLayer,
+)
 from shapelint.price.kernels import memory_kernel_ms
 from shapelint.price.step import StepTime
 
@@ -108,6 +115,37 @@ def with_communication(t: StepTime, comm: Communication, world_size: int, hw: Ha
     return replace(t, ms=ms, gpu_ms=gpu, host_ms=host, by_class=tuple(sorted(classes.items())),
                    comm_ms=comm.exposed_ms, world_size=world_size, communication=comm,
                    ms_range=(min(ms_range[0], ms), max(ms_range[1], ms)))
+
+
+def applied(plan: ParallelPlan, changes: Iterable[ParallelChange]) -> ParallelPlan:
+    """``plan`` with findings' parallel changes made: the layers they shard add their
+    row-parallel all-reduces (in the plan's dtypes) and their DTensor dispatch, and
+    FSDP2 blocks wrapped ``k`` to a ``fully_shard`` group gather and reduce together."""
+    reduces: dict[str, int] = {}
+    sharded, per_group = 0, 0
+    for c in changes:
+        reduces.update(c.tp_reduce_elems)
+        sharded += c.tp_sharded
+        per_group = max(per_group, c.fsdp_blocks_per_group)
+    known = {x.module for x in plan.tp_layers}
+    added = tuple(TensorParallelLayer(m, e * plan.tp_fwd_bytes, e * plan.tp_bwd_bytes)
+                  for m, e in reduces.items() if m not in known)
+    if added or sharded:
+        plan = replace(plan, tp_layers=plan.tp_layers + added, tp_sharded=plan.tp_sharded + sharded)
+    if per_group > 1:
+        plan = replace(plan, groups=grouped_blocks(plan.groups, per_group))
+    return plan
+
+
+def grouped_blocks(groups: Sequence[ParamGroup], k: int) -> tuple[ParamGroup, ...]:
+    """FSDP2 groups with every ``k`` consecutive blocks wrapped as one (the root, first, stays)."""
+    root, blocks = groups[0], groups[1:]
+    out = [root]
+    for i in range(0, len(blocks), k):
+        part = blocks[i:i + k]
+        name = part[0].name if len(part) == 1 else f"{part[0].name}..{part[-1].name}"
+        out.append(ParamGroup(name, sum(b.nbytes for b in part), sum(b.tensors for b in part)))
+    return tuple(out)
 
 
 # -- the engines ---------------------------------------------------------------------------
@@ -226,5 +264,5 @@ def _tensor_parallel(plan: ParallelPlan, c: Collectives, hw: Hardware, training:
                          (plan.tp_sharded * c.host.tp_layer + calls * c.host.tp_collective) * 1e-3)
 
 
-__all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "buckets", "collectives_of",
-           "communication", "with_communication"]
+__all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "applied", "buckets", "collectives_of",
+           "communication", "grouped_blocks", "with_communication"]

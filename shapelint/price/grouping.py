@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from shapelint.model.parallel import ParallelChange
 from shapelint.model.records import Finding
 
 #: a layer index inside a module path: ``h.3.mlp`` → ``h.*.mlp`` (also at the start: ``3.mlp``)
@@ -46,7 +47,17 @@ def group(findings: Sequence[Finding]) -> list[Finding]:
             est_ms_after=sum(m.est_ms_after for m in members),
             gemm_ms_after=tuple(x for m in members for x in m.gemm_ms_after),
             slices=tuple(dict.fromkeys(x for m in members for x in m.slices)),
+            parallel=_merged_parallel(members),
         ))
+    return out
+
+
+def _merged_parallel(members: Sequence[Finding]) -> ParallelChange | None:
+    """The members' parallel changes as one (each layer's sharding, together)."""
+    out: ParallelChange | None = None
+    for m in members:
+        if m.parallel is not None:
+            out = m.parallel if out is None else out.merged(m.parallel)
     return out
 
 

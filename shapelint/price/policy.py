@@ -147,6 +147,7 @@ def price_one(p: Proposal, hw: Hardware, policy: Policy = Policy()) -> Finding |
         after=change.after,
         slices=change.slices,
         vocab=change.vocab,
+        parallel=change.parallel,
         recorded_ms=sum(recorded) if p.now is not None else None,
         reference_ms=tuple((name, work_ms(work, hw)) for name, work in p.references),
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from shapelint.hardware import Hardware
 from shapelint.model.parallel import ParallelPlan
 from shapelint.model.records import Finding, Gemm
-from shapelint.price.communication import Communication, communication, with_communication
+from shapelint.price.communication import Communication, applied, communication, with_communication
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.inductor import inductor_laid_out, pad_mm_padded
 from shapelint.price.step import Mode, Step, StepTime, side_ms, step_time
@@ -62,17 +62,19 @@ class StepModel:
             return self.step
         return replace(self.step, params=self.parallel.rank_params)
 
-    def communication(self, one_gpu: StepTime | None = None) -> Communication:
-        """What the parallel layout adds to the step (nothing on one GPU)."""
-        if self.parallel is None or not self.parallel.layout.parallel:
+    def communication(self, one_gpu: StepTime | None = None, plan: ParallelPlan | None = None) -> Communication:
+        """What the parallel layout (``plan``, default the step's) adds to the step (nothing on one GPU)."""
+        plan = plan or self.parallel
+        if plan is None or not plan.layout.parallel:
             return Communication()
         t = one_gpu or step_time(self._rank_step, self.hw, self.mode, self.optimizer)
-        return communication(self.parallel, t, self.hw, self.step.training)
+        return communication(plan, t, self.hw, self.step.training)
 
-    def _timed(self, one_gpu: StepTime) -> StepTime:
-        if self.parallel is None or not self.parallel.layout.parallel:
+    def _timed(self, one_gpu: StepTime, plan: ParallelPlan | None = None) -> StepTime:
+        plan = plan or self.parallel
+        if plan is None or not plan.layout.parallel:
             return one_gpu
-        return with_communication(one_gpu, self.communication(one_gpu), self.parallel.layout.world_size, self.hw)
+        return with_communication(one_gpu, self.communication(one_gpu, plan), plan.layout.world_size, self.hw)
 
     def _slower_than_eager(self, eager: StepTime) -> str:
         """Why the compiled step is estimated slower than eager: the attention calls that
@@ -93,10 +95,14 @@ class StepModel:
     def after(self, findings: Iterable[Finding]) -> StepTime:
         """The step with every given (unsuppressed) finding applied; a GEMM two findings
         cover counts once, at the better after-time."""
-        applied = [f for f in findings if f.gain != "throughput"]
-        slices = dict.fromkeys(s for f in applied if not f.suppressed for s in f.slices)
+        taken = [f for f in findings if f.gain != "throughput"]
+        slices = dict.fromkeys(s for f in taken if not f.suppressed for s in f.slices)
         extra = side_ms(slices, self.hw, self.mode, self.step.training)
-        return self._timed(step_time(self._rank_step, self.hw, self.mode, self.optimizer, best_after(applied), extra))
+        plan = self.parallel
+        if plan is not None:
+            plan = applied(plan, [f.parallel for f in taken if not f.suppressed and f.parallel is not None])
+        return self._timed(step_time(self._rank_step, self.hw, self.mode, self.optimizer, best_after(taken), extra),
+                           plan)
 
     def priced(self, f: Finding) -> tuple[Finding, float]:
         """``f`` with its step saving, and the GPU time it saves (the policy's measure)."""
