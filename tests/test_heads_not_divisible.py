@@ -143,3 +143,15 @@ def test_a_findings_parallel_change_survives_the_cache_json() -> None:
     f = Finding("SL602", "heads-not-divisible", "error", "h.0.attn", "m", (1, 2), 2.0, 1.0,
                 parallel=ParallelChange((("h.0.attn.c_proj", 123),), 2, 0))
     assert decode(Finding, json.loads(json.dumps(encode(f, Finding)))).parallel == f.parallel
+
+
+def test_replicated_kv_heads_weigh_one_head_in_each_ranks_gradients() -> None:
+    from shapelint.rules.sl602_heads_not_divisible import TinyAttention
+
+    from shapelint.capture.parallel_plan import parallel_plan
+    from shapelint.pipeline.run import trace
+
+    cap, model = trace(lambda: (TinyAttention(4096, 32, 8), __import__("torch").randn(1, 1024, 4096)))
+    plan = parallel_plan(model, cap.gemms, Layout(tp=16), sharding(cap.gemms, 16), "bf16")
+    # registration order reversed: o_proj, v_proj, k_proj, q_proj; fp32, [out, in] per rank
+    assert plan.grads == (4096 * 256 * 4, 128 * 4096 * 4, 128 * 4096 * 4, 256 * 4096 * 4)

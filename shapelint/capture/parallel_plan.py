@@ -37,8 +37,12 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
     owners = Counter(id(q) for m in model.modules() for q in m.parameters(recurse=False))
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
+    widths = sharded.widths if sharded is not None else {}
+
     def elems(name: str, p: torch.Tensor) -> int:
         owner = name.rsplit(".", 1)[0]
+        if owner in widths:  # replicated key/value heads: the rank's own head(s)
+            return -(-p.numel() * widths[owner] // int(getattr(model.get_submodule(owner), "out_features")))
         split = tp if owner in styles and (p.dim() >= 2 or styles[owner] == "column") else 1
         return -(-p.numel() // split)
 

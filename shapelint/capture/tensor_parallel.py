@@ -25,7 +25,7 @@ which need not divide, is rounded up (Megatron pads it the same way).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from shapelint.capture.rows import ROOT_INFO
@@ -119,6 +119,9 @@ class Sharding:
     styles: dict[str, str]
     not_sharded: tuple[str, ...]
     whole_attention: tuple[WholeAttention, ...] = ()
+    #: out_features on one rank of the column-parallel layers that are not split
+    #: ``tp`` ways (the key/value projections of replicated key/value heads)
+    widths: dict[str, int] = field(default_factory=dict)
 
 
 def shard(gemms: Sequence[Gemm], tp: int) -> list[Gemm]:
@@ -146,7 +149,7 @@ def sharding(gemms: Sequence[Gemm], tp: int) -> Sharding:
     widths = _replicated_kv_widths(gemms, heads, tp)
     out = [g if g.module in kept else shard_one(g, tp, g.module in heads, styles.get(g.module), widths.get(g.module))
            for g in gemms]
-    return Sharding(out, styles, tuple(m for m in linears if m not in styles), tuple(whole))
+    return Sharding(out, styles, tuple(m for m in linears if m not in styles), tuple(whole), widths)
 
 
 def _projections_of(gemms: Sequence[Gemm], attention: str, linears: Sequence[str],
