@@ -32,19 +32,12 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
                   precision: str) -> ParallelPlan:
     """The plan of ``model``'s step under ``layout``; ``gemms`` are one rank's GEMMs and
     ``sharded`` what tensor parallelism did to them (None: no tensor parallelism)."""
-    styles = sharded.styles if sharded is not None else {}
+    sharded = sharded or Sharding([], {}, ())
+    styles = sharded.styles
     tp = layout.tp
     owners = Counter(id(q) for m in model.modules() for q in m.parameters(recurse=False))
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-
-    widths = sharded.widths if sharded is not None else {}
-
-    def elems(name: str, p: torch.Tensor) -> int:
-        owner = name.rsplit(".", 1)[0]
-        if owner in widths:  # replicated key/value heads: the rank's own head(s)
-            return -(-p.numel() * widths[owner] // int(getattr(model.get_submodule(owner), "out_features")))
-        split = tp if owner in styles and (p.dim() >= 2 or styles[owner] == "column") else 1
-        return -(-p.numel() // split)
+    elems = _rank_elems(model, sharded, tp)
 
     def nbytes(name: str, p: torch.Tensor) -> int:
         return elems(name, p) * p.element_size()
@@ -62,12 +55,28 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
         tp_layers=_tp_layers(gemms, styles, compute, param_bytes) if tp > 1 else (),
         tp_sharded=len(styles),
         tp_styles=tuple(sorted(styles.items())),
-        not_sharded=sharded.not_sharded if sharded is not None else (),
+        not_sharded=sharded.not_sharded,
         rank_params=tuple((-(-elems(n, p) // layout.fsdp), p.element_size()) for n, p in trained),
-        whole_attention=sharded.whole_attention if sharded is not None else (),
+        whole_attention=sharded.whole_attention,
         tp_fwd_bytes=compute,
         tp_bwd_bytes=param_bytes,
     )
+
+
+def _rank_elems(model: torch.nn.Module, sharded: Sharding, tp: int) -> Callable[[str, torch.Tensor], int]:
+    """Elements of a trained tensor on one tensor-parallel rank: 1/``tp`` of a sharded
+    layer's weight (and of a column-parallel layer's bias), the rank's own head of a
+    replicated key/value projection, all of anything else."""
+    styles, widths = sharded.styles, sharded.widths
+
+    def elems(name: str, p: torch.Tensor) -> int:
+        owner = name.rsplit(".", 1)[0]
+        if owner in widths:
+            return -(-p.numel() * widths[owner] // int(getattr(model.get_submodule(owner), "out_features")))
+        split = tp if owner in styles and (p.dim() >= 2 or styles[owner] == "column") else 1
+        return -(-p.numel() // split)
+
+    return elems
 
 
 def _groups(model: torch.nn.Module, trained: dict[str, torch.Tensor],
