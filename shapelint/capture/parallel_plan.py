@@ -24,7 +24,7 @@ import torch
 from shapelint.capture.replay.layers import stacks
 from shapelint.capture.tensor_parallel import Sharding
 from shapelint.model.dtypes import DTYPE_BYTES
-from shapelint.model.parallel import Layout, ParallelPlan, ParamGroup, TensorParallelLayer
+from shapelint.model.parallel import Layout, ParallelPlan, ParamGroup, TensorParallelLayer, VocabParallelHead
 from shapelint.model.records import Gemm
 
 
@@ -58,6 +58,7 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
         not_sharded=sharded.not_sharded,
         rank_params=tuple((-(-elems(n, p) // layout.fsdp), p.element_size()) for n, p in trained),
         whole_attention=sharded.whole_attention,
+        vocab_heads=_vocab_heads(model, gemms, styles) if tp > 1 else (),
         tp_fwd_bytes=compute,
         tp_bwd_bytes=param_bytes,
     )
@@ -95,6 +96,21 @@ def _groups(model: torch.nn.Module, trained: dict[str, torch.Tensor],
         out.append(ParamGroup(path, sum(nbytes(n, trained[n]) for n in names), len(names)))
     root = [n for n in trained if n not in in_block]
     return (ParamGroup("<root>", sum(nbytes(n, trained[n]) for n in root), len(root)), *out)
+
+
+def _vocab_heads(model: torch.nn.Module, gemms: Sequence[Gemm],
+                 styles: dict[str, str]) -> tuple[VocabParallelHead, ...]:
+    """The column-parallel layers whose width is one of the model's vocabularies (an
+    embedding's ``num_embeddings``): the tokens of their forward GEMM, their input width."""
+    vocabs = {m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    out: dict[str, VocabParallelHead] = {}
+    for g in gemms:
+        p = dict(g.module_params)
+        width, hidden = p.get("out_features", p.get("nf")), p.get("in_features", p.get("nx"))
+        if (g.phase == "forward" and not g.role and styles.get(g.module) == "column" and g.module not in out
+                and width in vocabs and hidden):
+            out[g.module] = VocabParallelHead(g.module, g.m * g.batch, int(hidden))
+    return tuple(out.values())
 
 
 def _tp_layers(gemms: Sequence[Gemm], styles: dict[str, str], compute: int,

@@ -85,6 +85,21 @@ class TensorParallelLayer:
 
 
 @dataclass(frozen=True)
+class VocabParallelHead:
+    """A column-parallel output layer whose width is a vocabulary (the LM head): each
+    rank holds a slice of the logits, and the loss is computed vocabulary-parallel
+    (Megatron-LM's ``vocab_parallel_cross_entropy``, DTensor's ``loss_parallel``): three
+    all-reduces of ``tokens`` fp32 values in the forward (the maximum logit, the target's
+    logit, the sum of exponentials), none in the backward, and the all-reduce of the
+    layer's input gradient (``tokens × hidden``) in the backward, as every
+    column-parallel input has."""
+
+    module: str
+    tokens: int
+    hidden: int
+
+
+@dataclass(frozen=True)
 class WholeAttention:
     """An attention module tensor parallelism leaves whole because its degree does not
     divide the heads (or the key/value heads, where they are not fewer than the degree
@@ -146,6 +161,8 @@ class ParallelPlan:
     #: dtype) and of its backward one (the parameters' dtype)
     tp_fwd_bytes: int = 2
     tp_bwd_bytes: int = 4
+    #: column-parallel LM heads and their vocabulary-parallel loss
+    vocab_heads: tuple[VocabParallelHead, ...] = ()
 
     @property
     def param_bytes(self) -> int:
@@ -188,4 +205,4 @@ class Communication:
 
 
 __all__ = ["Collective", "Communication", "Layout", "ParallelChange", "ParallelPlan", "ParamGroup",
-           "TensorParallelLayer", "WholeAttention"]
+           "TensorParallelLayer", "VocabParallelHead", "WholeAttention"]

@@ -260,8 +260,46 @@ def _tensor_parallel(plan: ParallelPlan, c: Collectives, hw: Hardware, training:
     if training:
         colls.append(Collective("tp", op, layers, sum(x.bwd_bytes for x in plan.tp_layers), bwd, bwd))
     calls = layers * (2 if training else 1)
-    return Communication(tuple(colls), fwd + bwd, 0.0, 0.0,
-                         (plan.tp_sharded * c.host.tp_layer + calls * c.host.tp_collective) * 1e-3)
+    heads = _vocab_parallel(plan, c, training)
+    return Communication(tuple(colls) + heads.collectives, fwd + bwd + heads.exposed_ms, 0.0, 0.0,
+                         (plan.tp_sharded * c.host.tp_layer + calls * c.host.tp_collective) * 1e-3 + heads.host_ms)
+
+
+#: the vocabulary-parallel loss's forward all-reduces per LM head (the maximum logit,
+#: the target's logit, the sum of exponentials: Megatron-LM and DTensor's loss_parallel)
+LOSS_ALL_REDUCES = 3
+#: bytes per value of the loss's all-reduces (both upcast the logits to fp32)
+LOSS_BYTES = 4
+
+
+def _vocab_parallel(plan: ParallelPlan, c: Collectives, training: bool) -> Communication:
+    """A column-parallel LM head's collectives in a training step (``VocabParallelHead``):
+    the loss's three small all-reduces in the forward and its input gradient's all-reduce
+    in the backward (under ``--sp``, an all-gather of its input in the forward and a
+    reduce-scatter of the gradient instead). Not overlapped. The input gradient's
+    all-reduce is a DTensor collective on the host; the loss's are issued by the loss
+    function, which DTensor does not dispatch op by op."""
+    lay = plan.layout
+    if not plan.vocab_heads or not training:  # no loss; what reads the sharded logits is not priced
+        return Communication()
+    n, across = lay.tp, lay.group_spans_nodes(1, lay.tp)
+    loss_bytes = sum(h.tokens for h in plan.vocab_heads) * LOSS_BYTES
+    loss_ms = sum(LOSS_ALL_REDUCES * c.us("all_reduce", h.tokens * LOSS_BYTES, n, across)
+                  for h in plan.vocab_heads) * 1e-3
+    colls = [Collective("tp_vocab", "all_reduce", LOSS_ALL_REDUCES * len(plan.vocab_heads),
+                        LOSS_ALL_REDUCES * loss_bytes, loss_ms, loss_ms)]
+    exposed, calls = loss_ms, 0
+    inputs = [h.tokens * h.hidden for h in plan.vocab_heads]
+    if lay.sp:
+        gather = sum(c.us("all_gather", e * plan.tp_fwd_bytes, n, across) for e in inputs) * 1e-3
+        colls.append(Collective("tp_vocab", "all_gather", len(inputs), sum(inputs) * plan.tp_fwd_bytes, gather,
+                                gather))
+        exposed, calls = exposed + gather, calls + len(inputs)
+    op = "reduce_scatter" if lay.sp else "all_reduce"
+    grad = sum(c.us(op, e * plan.tp_bwd_bytes, n, across) for e in inputs) * 1e-3
+    colls.append(Collective("tp_vocab", op, len(inputs), sum(inputs) * plan.tp_bwd_bytes, grad, grad))
+    exposed, calls = exposed + grad, calls + len(inputs)
+    return Communication(tuple(colls), exposed, 0.0, 0.0, calls * c.host.tp_collective * 1e-3)
 
 
 __all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "applied", "buckets", "collectives_of",
