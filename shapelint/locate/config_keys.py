@@ -34,6 +34,7 @@ from pathlib import Path
 
 from shapelint.locate import pretrained as pretrained
 from shapelint.model.locations import ConfigKey, ConfigLocation, Pretrained, Source
+from shapelint.model.parallel import FSDP_GROUP_PARAMETER
 from shapelint.model.records import Finding, Suggestion
 
 #: config keys that name a layer size, preferred when several keys share a value
@@ -61,7 +62,7 @@ RULE_KEYS: dict[str, tuple[str, ...]] = {
 VOCAB_KEYS = frozenset(RULE_KEYS["SL501"])
 
 #: suggestions that change how the model is run, not a size in its config
-NOT_CONFIG_KEYS = frozenset({"batch", "dtype", "memory_format", "attention"})
+NOT_CONFIG_KEYS = frozenset({"batch", "dtype", "memory_format", "attention", FSDP_GROUP_PARAMETER})
 
 #: why a suggestion that is not a config size has no key (shown at ``model_type``)
 RUN_NOTES = {
@@ -69,6 +70,7 @@ RUN_NOTES = {
     "dtype": "the precision is how the model is run (--dtype, autocast), not a key of {name}",
     "memory_format": "the memory format is how the model is run (model.to(memory_format=...)), not a key of {name}",
     "attention": "the attention is the library code that model_type selects; no key of {name} changes it",
+    FSDP_GROUP_PARAMETER: "FSDP2's groups are the training script's fully_shard calls, not a key of {name}",
 }
 
 #: keys that never set a GEMM dimension: token ids, layer counts, sequence lengths

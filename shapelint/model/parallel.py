@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: the suggestion's parameter of a change of FSDP2's grouping: how the training script
+#: calls ``fully_shard`` (a run setting, no config key)
+FSDP_GROUP_PARAMETER = "blocks per fully_shard group"
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -204,5 +208,5 @@ class Communication:
         return self.exposed_ms + self.copy_ms + self.contention_ms
 
 
-__all__ = ["Collective", "Communication", "Layout", "ParallelChange", "ParallelPlan", "ParamGroup",
+__all__ = ["FSDP_GROUP_PARAMETER", "Collective", "Communication", "Layout", "ParallelChange", "ParallelPlan", "ParamGroup",
            "TensorParallelLayer", "VocabParallelHead", "WholeAttention"]

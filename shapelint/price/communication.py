@@ -137,6 +137,26 @@ def applied(plan: ParallelPlan, changes: Iterable[ParallelChange]) -> ParallelPl
     return plan
 
 
+def blocks_per_group_options(plan: ParallelPlan) -> list[int]:
+    """The block counts per FSDP2 group worth pricing: from 2, each the smallest that
+    makes its number of groups, while the largest merged group holds no more than the
+    root group, whose parameters FSDP2 keeps unsharded from the forward to the backward
+    (so the gathered parameters' peak memory at most doubles)."""
+    blocks = plan.groups[1:]
+    if len(blocks) < 2:
+        return []
+    largest = max(b.nbytes for b in blocks)
+    out, counts = [], set()
+    for k in range(2, len(blocks) + 1):
+        groups = -(-len(blocks) // k)
+        if k * largest > plan.groups[0].nbytes:
+            break
+        if groups not in counts:
+            counts.add(groups)
+            out.append(k)
+    return out
+
+
 def grouped_blocks(groups: Sequence[ParamGroup], k: int) -> tuple[ParamGroup, ...]:
     """FSDP2 groups with every ``k`` consecutive blocks wrapped as one (the root, first, stays)."""
     root, blocks = groups[0], groups[1:]
@@ -302,5 +322,5 @@ def _vocab_parallel(plan: ParallelPlan, c: Collectives, training: bool) -> Commu
     return Communication(tuple(colls), exposed, 0.0, 0.0, calls * c.host.tp_collective * 1e-3)
 
 
-__all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "applied", "buckets", "collectives_of",
+__all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "applied", "blocks_per_group_options", "buckets", "collectives_of",
            "communication", "grouped_blocks", "with_communication"]

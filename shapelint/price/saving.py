@@ -9,12 +9,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from shapelint.hardware import Hardware
-from shapelint.model.parallel import ParallelPlan
-from shapelint.model.records import Finding, Gemm
-from shapelint.price.communication import Communication, applied, communication, with_communication
+from shapelint.model.parallel import FSDP_GROUP_PARAMETER, ParallelChange, ParallelPlan
+from shapelint.model.records import Finding, Gemm, Suggestion
+from shapelint.price.communication import (
+    Communication,
+    applied,
+    blocks_per_group_options,
+    communication,
+    with_communication,
+)
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.inductor import inductor_laid_out, pad_mm_padded
 from shapelint.price.step import Mode, Step, StepTime, side_ms, step_time
+
+#: an FSDP2 grouping within this share of the best option's step saving counts as reaching it
+NEAR_BEST_STEP = 0.01
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,8 @@ class StepModel:
 
     def priced(self, f: Finding) -> tuple[Finding, float]:
         """``f`` with its step saving, and the GPU time it saves (the policy's measure)."""
+        if f.parallel is not None and f.parallel.fsdp_blocks_per_group > 1:
+            return self._grouped(f)
         if f.gain == "throughput":
             return replace(f, step_ms=self.before.ms, step_ms_saved=None), f.saved_ms
         after = self.after([f])
@@ -118,6 +129,28 @@ class StepModel:
                     f"measures yours); this saves {gpu_saved:.2f} ms of GPU time, which shows "
                     "once the step is GPU-bound (torch.compile, CUDA graphs, a larger batch)")
         return replace(f, step_ms=self.before.ms, step_ms_saved=self.before.ms - after.ms, step_note=note), gpu_saved
+
+    def _grouped(self, f: Finding) -> tuple[Finding, float]:
+        """An FSDP2 grouping finding: the smallest block count per group whose step saving
+        is within ``NEAR_BEST_STEP`` of the best option's (``blocks_per_group_options``).
+        Its measure is the step's saving, not the GPU's: merging groups cuts FSDP2's host
+        work per group and the latency of each all-gather, and may expose more of them."""
+        plan = self.parallel
+        options = blocks_per_group_options(plan) if plan is not None else []
+        if plan is None or not options:
+            return replace(f, step_ms=self.before.ms, step_ms_saved=0.0), 0.0
+        one_gpu = step_time(self._rank_step, self.hw, self.mode, self.optimizer)
+        saved = {k: self.before.ms - self._timed(one_gpu, applied(plan, [ParallelChange(fsdp_blocks_per_group=k)])).ms
+                 for k in options}
+        best = max(saved.values())
+        k = next(k for k in options if saved[k] >= best - NEAR_BEST_STEP * abs(best))
+        blocks = len(plan.groups) - 1
+        note = (f"{-(-blocks // k)} groups of up to {k} blocks instead of {blocks}; larger groups would gather more "
+                "parameters at once than the root group, which FSDP2 keeps unsharded from the forward to the backward")
+        parameter, from_ = (f.suggestion.parameter, f.suggestion.from_) if f.suggestion else (FSDP_GROUP_PARAMETER, 1)
+        return replace(f, suggestion=Suggestion(parameter, from_, k),
+                       parallel=ParallelChange(fsdp_blocks_per_group=k), step_ms=self.before.ms,
+                       step_ms_saved=saved[k], step_note=note), saved[k]
 
     def _compile_note(self, gemms: Sequence[int]) -> str:
         """Why a compiled step saves less, or otherwise, than the GEMMs: Inductor already
