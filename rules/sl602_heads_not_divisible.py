@@ -110,7 +110,7 @@ def _change(whole: WholeAttention, covered: tuple[Gemm, ...], option: tuple[int,
         "each way per block",
         (("heads", whole.heads), ("kv_heads", whole.kv_heads), ("head_dim", whole.head_dim), ("to_heads", heads),
          ("to_kv_heads", kv), ("to_head_dim", d), ("tp", tp)),
-        parallel=ParallelChange(whole.reduce_elems, len(styles)),
+        parallel=ParallelChange(whole.reduce_elems, whole.layers),
     )
 
 

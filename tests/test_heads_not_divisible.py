@@ -86,7 +86,9 @@ def test_sl602_proposes_16_heads_of_48_and_prices_the_shards() -> None:
     assert dims(change.after, "o_proj", phase="grad_input") == (8192, 96, 768, 1)
     assert dims(change.after, "<root>", "sdpa.qk") == (1024, 1024, 48, 16)  # 8 sequences x 2 heads
     assert dims(change.after, "<root>", "sdpa.pv") == (1024, 48, 1024, 16)
-    assert change.parallel.tp_reduce_elems == (("o_proj", 8192 * 768),) and change.parallel.tp_sharded == 4
+    assert change.parallel.tp_reduce_elems == (("o_proj", 8192 * 768),)
+    assert change.parallel.tp_styles == (("q_proj", "column"), ("k_proj", "column"), ("v_proj", "column"),
+                                         ("o_proj", "row"))
     (f,) = run_example(RULES["SL602"], ex)
     assert f.parallel == change.parallel and f.est_speedup > 2.0
 
@@ -141,7 +143,8 @@ def test_a_findings_parallel_change_survives_the_cache_json() -> None:
     from shapelint.model.serial import decode, encode
 
     f = Finding("SL602", "heads-not-divisible", "error", "h.0.attn", "m", (1, 2), 2.0, 1.0,
-                parallel=ParallelChange((("h.0.attn.c_proj", 123),), 2, 0))
+                parallel=ParallelChange((("h.0.attn.c_proj", 123),), (("h.0.attn.c_attn", "column"),
+                                                                         ("h.0.attn.c_proj", "row"))))
     assert decode(Finding, json.loads(json.dumps(encode(f, Finding)))).parallel == f.parallel
 
 
@@ -155,3 +158,16 @@ def test_replicated_kv_heads_weigh_one_head_in_each_ranks_gradients() -> None:
     plan = parallel_plan(model, cap.gemms, Layout(tp=16), sharding(cap.gemms, 16), "bf16")
     # registration order reversed: o_proj, v_proj, k_proj, q_proj; fp32, [out, in] per rank
     assert plan.grads == (4096 * 256 * 4, 128 * 4096 * 4, 128 * 4096 * 4, 256 * 4096 * 4)
+
+
+def test_the_after_plan_shards_the_attention_layers_once() -> None:
+    from shapelint.model.parallel import ParallelChange, ParallelPlan, TensorParallelLayer
+    from shapelint.price.communication import applied
+
+    plan = ParallelPlan(Layout(tp=4), tp_layers=(TensorParallelLayer("h.0.mlp.c_proj", 10, 20),), tp_sharded=2,
+                        tp_styles=(("h.0.mlp.c_fc", "column"), ("h.0.mlp.c_proj", "row")), tp_fwd_bytes=2,
+                        tp_bwd_bytes=4)
+    change = ParallelChange((("h.0.attn.c_proj", 100),), (("h.0.attn.c_attn", "column"), ("h.0.attn.c_proj", "row")))
+    after = applied(plan, [change, change])  # the same layers twice count once
+    assert after.tp_layers[1:] == (TensorParallelLayer("h.0.attn.c_proj", 200, 400),)
+    assert after.tp_sharded == 4 and len(after.tp_styles) == 4

@@ -123,18 +123,23 @@ class WholeAttention:
 @dataclass(frozen=True)
 class ParallelChange:
     """What a finding changes in the parallel plan, for the pricer to apply
-    (``shapelint.price.communication.applied``): linear layers it shards and the
-    row-parallel all-reduces they add (elements of each output), or FSDP2 blocks
-    wrapped together into one ``fully_shard`` group (0: unchanged)."""
+    (``shapelint.price.communication.applied``): linear layers it shards, with their
+    styles, and the row-parallel all-reduces they add (elements of each output), or
+    FSDP2 blocks wrapped together into one ``fully_shard`` group (0: unchanged)."""
 
     tp_reduce_elems: tuple[tuple[str, int], ...] = ()
-    tp_sharded: int = 0
+    #: (linear layer, "column" | "row") of each layer the change shards
+    tp_styles: tuple[tuple[str, str], ...] = ()
     fsdp_blocks_per_group: int = 0
+
+    @property
+    def tp_sharded(self) -> int:
+        return len(self.tp_styles)
 
     def merged(self, other: ParallelChange) -> ParallelChange:
         """Both changes (repeated layers' findings grouped into one)."""
-        reduces = tuple(dict((*self.tp_reduce_elems, *other.tp_reduce_elems)).items())
-        return ParallelChange(reduces, self.tp_sharded + other.tp_sharded,
+        return ParallelChange(tuple(dict((*self.tp_reduce_elems, *other.tp_reduce_elems)).items()),
+                              tuple(dict((*self.tp_styles, *other.tp_styles)).items()),
                               max(self.fsdp_blocks_per_group, other.fsdp_blocks_per_group))
 
 

@@ -122,16 +122,19 @@ def applied(plan: ParallelPlan, changes: Iterable[ParallelChange]) -> ParallelPl
     row-parallel all-reduces (in the plan's dtypes) and their DTensor dispatch, and
     FSDP2 blocks wrapped ``k`` to a ``fully_shard`` group gather and reduce together."""
     reduces: dict[str, int] = {}
-    sharded, per_group = 0, 0
+    styles: dict[str, str] = {}
+    per_group = 0
     for c in changes:
         reduces.update(c.tp_reduce_elems)
-        sharded += c.tp_sharded
+        styles.update(c.tp_styles)
         per_group = max(per_group, c.fsdp_blocks_per_group)
+    sharded = len([m for m in styles if m not in dict(plan.tp_styles)])
     known = {x.module for x in plan.tp_layers}
     added = tuple(TensorParallelLayer(m, e * plan.tp_fwd_bytes, e * plan.tp_bwd_bytes)
                   for m, e in reduces.items() if m not in known)
     if added or sharded:
-        plan = replace(plan, tp_layers=plan.tp_layers + added, tp_sharded=plan.tp_sharded + sharded)
+        plan = replace(plan, tp_layers=plan.tp_layers + added, tp_sharded=plan.tp_sharded + sharded,
+                       tp_styles=tuple(sorted({**dict(plan.tp_styles), **styles}.items())))
     if per_group > 1:
         plan = replace(plan, groups=grouped_blocks(plan.groups, per_group))
     return plan
