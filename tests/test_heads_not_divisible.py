@@ -171,3 +171,24 @@ def test_the_after_plan_shards_the_attention_layers_once() -> None:
     after = applied(plan, [change, change])  # the same layers twice count once
     assert after.tp_layers[1:] == (TensorParallelLayer("h.0.attn.c_proj", 200, 400),)
     assert after.tp_sharded == 4 and len(after.tp_styles) == 4
+
+
+def test_under_fsdp_and_tp_sharding_the_attention_shrinks_each_ranks_groups(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    path = tmp_path / "config.json"  # 4 layers: FSDP2's groups are the blocks of a stack of at least 3
+    path.write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 1600,
+                                "n_head": 25, "n_layer": 4, "n_positions": 1024, "vocab_size": 50304}))
+    result = lint_target(path, Options(batch=32, seq=1024, tp=4, fsdp=2), None, list(RULES.values()))
+    plan = result.parallel
+    assert plan is not None and plan.attention_sharded is not None
+    # per block, fp32: c_attn's weight and bias and c_proj's weight go from whole to 1/4 (c_proj's bias stays whole)
+    saved = ((1600 * 4800 + 4800) + 1600 * 1600) * 4 * 3 // 4
+    assert [g.nbytes - s.nbytes for g, s in zip(plan.groups[1:], plan.attention_sharded.groups[1:])] == [saved] * 4
+    assert sum(plan.grads) - sum(plan.attention_sharded.grads) == 4 * saved
+    (f,) = [f for f in result.findings if f.code == "SL602"]
+    after = result.step_model.after([f]).communication
+    before = result.step_model.before.communication
+    fsdp = {c.op: c.nbytes for c in before.collectives if c.engine == "fsdp"}
+    fsdp_after = {c.op: c.nbytes for c in after.collectives if c.engine == "fsdp"}
+    assert fsdp["reduce_scatter"] - fsdp_after["reduce_scatter"] == 4 * saved  # one per block
+    assert fsdp["all_gather"] - fsdp_after["all_gather"] == 2 * 4 * saved  # forward and backward

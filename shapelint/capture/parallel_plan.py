@@ -18,13 +18,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import torch
 
 from shapelint.capture.replay.layers import stacks
 from shapelint.capture.tensor_parallel import Sharding
 from shapelint.model.dtypes import DTYPE_BYTES
-from shapelint.model.parallel import Layout, ParallelPlan, ParamGroup, TensorParallelLayer, VocabParallelHead
+from shapelint.model.parallel import (
+    Layout,
+    ParallelPlan,
+    ParamGroup,
+    RankParams,
+    TensorParallelLayer,
+    VocabParallelHead,
+)
 from shapelint.model.records import Gemm
 
 
@@ -35,9 +43,34 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
     sharded = sharded or Sharding([], {}, ())
     styles = sharded.styles
     tp = layout.tp
-    owners = Counter(id(q) for m in model.modules() for q in m.parameters(recurse=False))
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    elems = _rank_elems(model, sharded, tp)
+    held = _rank_params(model, trained, sharded, layout)
+    param_bytes = max((p.element_size() for _, p in trained), default=4)
+    compute = DTYPE_BYTES.get(precision, param_bytes)
+    whole = {m: st for w in sharded.whole_attention for m, st in w.layers}
+    return ParallelPlan(
+        layout=layout,
+        grads=held.grads,
+        groups=held.groups,
+        tp_layers=_tp_layers(gemms, styles, compute, param_bytes) if tp > 1 else (),
+        tp_sharded=len(styles),
+        tp_styles=tuple(sorted(styles.items())),
+        not_sharded=sharded.not_sharded,
+        rank_params=held.rank_params,
+        whole_attention=sharded.whole_attention,
+        vocab_heads=_vocab_heads(model, gemms, styles) if tp > 1 else (),
+        tp_fwd_bytes=compute,
+        tp_bwd_bytes=param_bytes,
+        attention_sharded=_rank_params(model, trained, replace(sharded, styles={**styles, **whole}), layout)
+        if whole else None,
+    )
+
+
+def _rank_params(model: torch.nn.Module, trained: Sequence[tuple[str, torch.Tensor]], sharded: Sharding,
+                 layout: Layout) -> RankParams:
+    """One rank's gradients (ready order), FSDP2 groups and optimizer parameters."""
+    elems = _rank_elems(model, sharded, layout.tp)
+    owners = Counter(id(q) for m in model.modules() for q in m.parameters(recurse=False))
 
     def nbytes(name: str, p: torch.Tensor) -> int:
         return elems(name, p) * p.element_size()
@@ -46,22 +79,8 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
     tied = [i for i, (_, p) in enumerate(reversed(trained)) if owners[id(p)] > 1]  # an embedding tied to the LM head
     for i in sorted(tied, reverse=True):  # a tied weight's gradient is ready last
         grads.append(grads.pop(i))
-    param_bytes = max((p.element_size() for _, p in trained), default=4)
-    compute = DTYPE_BYTES.get(precision, param_bytes)
-    return ParallelPlan(
-        layout=layout,
-        grads=tuple(grads),
-        groups=_groups(model, dict(trained), nbytes),
-        tp_layers=_tp_layers(gemms, styles, compute, param_bytes) if tp > 1 else (),
-        tp_sharded=len(styles),
-        tp_styles=tuple(sorted(styles.items())),
-        not_sharded=sharded.not_sharded,
-        rank_params=tuple((-(-elems(n, p) // layout.fsdp), p.element_size()) for n, p in trained),
-        whole_attention=sharded.whole_attention,
-        vocab_heads=_vocab_heads(model, gemms, styles) if tp > 1 else (),
-        tp_fwd_bytes=compute,
-        tp_bwd_bytes=param_bytes,
-    )
+    return RankParams(tuple(grads), _groups(model, dict(trained), nbytes),
+                      tuple((-(-elems(n, p) // layout.fsdp), p.element_size()) for n, p in trained))
 
 
 def _rank_elems(model: torch.nn.Module, sharded: Sharding, tp: int) -> Callable[[str, torch.Tensor], int]:

@@ -144,6 +144,17 @@ class ParallelChange:
 
 
 @dataclass(frozen=True)
+class RankParams:
+    """What one rank holds of the trained parameters: its gradients in the order the
+    backward makes them ready (DDP's buckets), the FSDP2 groups' bytes, and what its
+    optimizer steps (see :class:`ParallelPlan`)."""
+
+    grads: tuple[int, ...] = ()
+    groups: tuple[ParamGroup, ...] = ()
+    rank_params: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class ParallelPlan:
     """What the layout does to this model's step (see the module docstring)."""
 
@@ -172,6 +183,9 @@ class ParallelPlan:
     tp_bwd_bytes: int = 4
     #: column-parallel LM heads and their vocabulary-parallel loss
     vocab_heads: tuple[VocabParallelHead, ...] = ()
+    #: the rank's parameters were the whole attentions sharded too (SL602's change): its
+    #: DDP buckets, FSDP2 groups and optimizer shrink with them; None: none is whole
+    attention_sharded: RankParams | None = None
 
     @property
     def param_bytes(self) -> int:
@@ -214,4 +228,4 @@ class Communication:
 
 
 __all__ = ["FSDP_GROUP_PARAMETER", "Collective", "Communication", "Layout", "ParallelChange", "ParallelPlan", "ParamGroup",
-           "TensorParallelLayer", "VocabParallelHead", "WholeAttention"]
+           "RankParams", "TensorParallelLayer", "VocabParallelHead", "WholeAttention"]

@@ -119,8 +119,10 @@ def with_communication(t: StepTime, comm: Communication, world_size: int, hw: Ha
 
 def applied(plan: ParallelPlan, changes: Iterable[ParallelChange]) -> ParallelPlan:
     """``plan`` with findings' parallel changes made: the layers they shard add their
-    row-parallel all-reduces (in the plan's dtypes) and their DTensor dispatch, and
-    FSDP2 blocks wrapped ``k`` to a ``fully_shard`` group gather and reduce together."""
+    row-parallel all-reduces (in the plan's dtypes) and their DTensor dispatch, and, once
+    every whole attention is sharded, each rank's gradients, FSDP2 groups and optimizer
+    hold 1/TP of their weights; FSDP2 blocks wrapped ``k`` to a ``fully_shard`` group
+    gather and reduce together."""
     reduces: dict[str, int] = {}
     styles: dict[str, str] = {}
     per_group = 0
@@ -135,6 +137,11 @@ def applied(plan: ParallelPlan, changes: Iterable[ParallelChange]) -> ParallelPl
     if added or sharded:
         plan = replace(plan, tp_layers=plan.tp_layers + added, tp_sharded=plan.tp_sharded + sharded,
                        tp_styles=tuple(sorted({**dict(plan.tp_styles), **styles}.items())))
+    whole = {m for w in plan.whole_attention for m, _ in w.layers}
+    if plan.attention_sharded is not None and whole and whole <= set(styles):  # every whole attention sharded
+        held = plan.attention_sharded
+        plan = replace(plan, grads=held.grads, groups=held.groups, rank_params=held.rank_params,
+                       attention_sharded=None)
     if per_group > 1:
         plan = replace(plan, groups=grouped_blocks(plan.groups, per_group))
     return plan

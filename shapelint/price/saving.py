@@ -67,9 +67,12 @@ class StepModel:
     @property
     def _rank_step(self) -> Step:
         """The step one rank runs: under a parallel layout, its own parameters' optimizer."""
-        if self.parallel is None or not self.parallel.layout.parallel:
+        return self._step_of(self.parallel)
+
+    def _step_of(self, plan: ParallelPlan | None) -> Step:
+        if plan is None or not plan.layout.parallel:
             return self.step
-        return replace(self.step, params=self.parallel.rank_params)
+        return replace(self.step, params=plan.rank_params)
 
     def communication(self, one_gpu: StepTime | None = None, plan: ParallelPlan | None = None) -> Communication:
         """What the parallel layout (``plan``, default the step's) adds to the step (nothing on one GPU)."""
@@ -110,7 +113,7 @@ class StepModel:
         plan = self.parallel
         if plan is not None:
             plan = applied(plan, [f.parallel for f in taken if not f.suppressed and f.parallel is not None])
-        return self._timed(step_time(self._rank_step, self.hw, self.mode, self.optimizer, best_after(taken), extra),
+        return self._timed(step_time(self._step_of(plan), self.hw, self.mode, self.optimizer, best_after(taken), extra),
                            plan)
 
     def priced(self, f: Finding) -> tuple[Finding, float]:
