@@ -192,3 +192,22 @@ def test_under_fsdp_and_tp_sharding_the_attention_shrinks_each_ranks_groups(tmp_
     fsdp_after = {c.op: c.nbytes for c in after.collectives if c.engine == "fsdp"}
     assert fsdp["reduce_scatter"] - fsdp_after["reduce_scatter"] == 4 * saved  # one per block
     assert fsdp["all_gather"] - fsdp_after["all_gather"] == 2 * 4 * saved  # forward and backward
+
+
+def test_the_fix_changes_a_multi_head_attentions_key_value_heads_with_its_heads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("transformers")
+    from shapelint.app.cli import main
+
+    path = tmp_path / "config.json"  # a Llama with multi-head attention: num_key_value_heads == num_attention_heads
+    path.write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 1600,
+                                "intermediate_size": 6400, "num_hidden_layers": 4, "num_attention_heads": 25,
+                                "num_key_value_heads": 25, "vocab_size": 32000}, indent=1))
+    args = [str(path), "--tp", "4", "--batch", "32", "--seq", "1024", "--no-cache", "--min-step-share", "0"]
+    main([*args, "--format", "json", "--no-gemms"])
+    (f,) = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["code"] == "SL602"]
+    assert f["suggestion"] == {"parameter": "num_attention_heads", "from": 25, "to": 20}
+    assert [k["key"] for k in f["details"]["config_together"]] == ["num_key_value_heads"]
+    main([*args, "--fix", "--unsafe-fixes"])
+    config = json.loads(path.read_text())
+    assert (config["num_attention_heads"], config["num_key_value_heads"]) == (20, 20)  # the re-lint accepted it
