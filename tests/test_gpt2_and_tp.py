@@ -47,7 +47,7 @@ def test_gpt2_small_flags_the_lm_head_only(gpt2_config: str, capsys) -> None:
 
 
 def test_tensor_parallel_pads_the_vocab_for_each_gpu(gpt2_config: str, capsys) -> None:
-    # (tp 8 does not divide GPT-2's 12 heads: refused, see tests/test_models_tp.py). The eager
+    # (tp 8 does not divide GPT-2's 12 heads: the attention stays whole, SL602's). The eager
     # DTensor step is host-bound (its host time per tensor-parallel collective, as measured on
     # 2xH100), so the padding saves no step time at 8 or 16 sequences, and its slice-back's cost
     # hides under the host too; at 16 sequences it saves 5.78 ms of GPU time.

@@ -1,5 +1,6 @@
 """--tp on the corpus: every naming family shards both sides of each layer,
-forward and gradients agree, heads must divide, experts split."""
+forward and gradients agree, an attention whose heads the degree does not divide stays
+whole, experts split."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from pathlib import Path
 import pytest
 from test_models_corpus import traced
 
-from shapelint.capture.tensor_parallel import attention_heads, parallel_style, shard
-from shapelint.errors import ShapelintError
+from shapelint.capture.tensor_parallel import attention_heads, parallel_style, shard, sharding
 from shapelint.model.records import Gemm
 
 pytest.importorskip("transformers")
@@ -69,16 +69,21 @@ def test_every_attention_gemm_splits_its_heads_forward_and_backward(config) -> N
     assert len(bmms) == 2 * 6 and all(s.batch * 4 == g.batch for g, s in bmms)
 
 
-@pytest.mark.parametrize(("name", "tp", "heads", "kv"), [
-    ("qwen2.5-0.5b", 4, 14, 2),  # 14 heads, 2 KV heads
-    ("falcon-7b", 2, 71, 1),  # 71 heads
-    ("llama-3-8b", 16, 32, 8),
+@pytest.mark.parametrize(("name", "tp", "heads", "kv", "whole"), [
+    ("qwen2.5-0.5b", 4, 14, 2, True),  # 14 heads: the attention stays whole
+    ("falcon-7b", 2, 71, 1, True),  # 71 heads
+    ("llama-3-8b", 16, 32, 8, False),  # 8 KV heads at 16: each replicated on 2 GPUs
 ])
-def test_degrees_that_do_not_divide_the_heads_are_refused(name: str, tp: int, heads: int, kv: int,
-                                                         config) -> None:
+def test_degrees_that_do_not_divide_the_heads_leave_the_attention_whole(name: str, tp: int, heads: int, kv: int,
+                                                                       whole: bool, config) -> None:
     gemms, _ = traced(config(name))
-    with pytest.raises(ShapelintError, match=f"{heads} attention heads and {kv} key/value heads"):
-        shard(gemms, tp)
+    sharded = sharding(gemms, tp)
+    assert [(w.heads, w.kv_heads) for w in sharded.whole_attention] == ([(heads, kv)] * 2 if whole else [])
+    for w in sharded.whole_attention:  # every projection of a whole attention is listed, and unsharded
+        assert all(m in sharded.not_sharded and m not in sharded.styles for m, _ in w.layers)
+        before = [(g.m, g.n, g.k, g.batch) for g in gemms if g.module.startswith(w.module)]
+        after = [(g.m, g.n, g.k, g.batch) for g in sharded.gemms if g.module.startswith(w.module)]
+        assert before == after
 
 
 def test_experts_split_their_intermediate_size(config) -> None:

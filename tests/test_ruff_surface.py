@@ -71,11 +71,12 @@ def test_color_always_and_never(here: Path, capsys: pytest.CaptureFixture[str]) 
 def test_extend_select_and_ignore(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(["--list-rules", "--no-config"], capsys)
     codes = [line.split()[0] for line in out.splitlines()]
-    assert "SL900" not in codes and len(codes) == 11  # opt-in: off by default (SL101 ... SL601)
+    assert "SL900" not in codes and len(codes) == 13  # opt-in: off by default (SL101 ... SL603)
     _, out, _ = run(["--list-rules", "--no-config", "--select", "SL1", "--extend-select", "SL900,SL501"], capsys)
     assert [line.split()[0] for line in out.splitlines()] == ["SL101", "SL102", "SL501", "SL900"]
     _, out, _ = run(["--list-rules", "--no-config", "--extend-ignore", "SL2", "--ignore", "SL101"], capsys)
-    assert [line.split()[0] for line in out.splitlines()] == ["SL102", "SL301", "SL302", "SL401", "SL402", "SL501", "SL601"]
+    assert [line.split()[0] for line in out.splitlines()] == ["SL102", "SL301", "SL302", "SL401", "SL402", "SL501", "SL601",
+                                                                "SL602", "SL603"]
     _, out, _ = run(["--list-rules", "--no-config", "--select", "SL"], capsys)  # "every rule", as before
     assert "SL900" not in out
     (here / ".shapelint.yaml").write_text("extend-select: [SL900]\nextend-ignore: [SL5]\n")
@@ -119,7 +120,7 @@ def test_show_settings(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "min-speedup = 1.2  # .shapelint.yaml:2" in out
     assert 'dtype = "fp16"  # command line' in out
     assert "min-loss = 0.05  # default" in out and "gemms = true  # default" in out
-    assert "rules (11 selected):" in out and "  SL501  vocab-padding" in out
+    assert "rules (13 selected):" in out and "  SL501  vocab-padding" in out
 
 
 def test_rule_prints_its_documentation(capsys: pytest.CaptureFixture[str]) -> None:

@@ -41,7 +41,8 @@ def render() -> str:
             for e in examples:
                 expect = ", ".join(f"{k}={v}" for k, v in e.expect.items()) if e.expect else ""
                 model = e.model.replace("|", "\\|")
-                out.append(f"| {kind} | `{model}` | `{e.inputs}` | {e.dtype} | {e.gpu} | {expect} |")
+                layout = "".join(f", --{flag} {n}" for flag, n in (("tp", e.tp), ("fsdp", e.fsdp)) if n > 1)
+                out.append(f"| {kind} | `{model}` | `{e.inputs}` | {e.dtype} | {e.gpu}{layout} | {expect} |")
     for m in META:  # the application's own checks: no GEMM examples, off unless selected
         doc = m.doc.strip().splitlines()
         out += ["", f"## {m.code} {m.name}", "", doc[0], "", "\n".join(doc[1:]).strip().replace("## ", "### "), ""]

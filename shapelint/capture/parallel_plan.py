@@ -18,13 +18,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import torch
 
 from shapelint.capture.replay.layers import stacks
 from shapelint.capture.tensor_parallel import Sharding
 from shapelint.model.dtypes import DTYPE_BYTES
-from shapelint.model.parallel import Layout, ParallelPlan, ParamGroup, TensorParallelLayer
+from shapelint.model.parallel import (
+    Layout,
+    ParallelPlan,
+    ParamGroup,
+    RankParams,
+    TensorParallelLayer,
+    VocabParallelHead,
+)
 from shapelint.model.records import Gemm
 
 
@@ -32,15 +40,37 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
                   precision: str) -> ParallelPlan:
     """The plan of ``model``'s step under ``layout``; ``gemms`` are one rank's GEMMs and
     ``sharded`` what tensor parallelism did to them (None: no tensor parallelism)."""
-    styles = sharded.styles if sharded is not None else {}
+    sharded = sharded or Sharding([], {}, ())
+    styles = sharded.styles
     tp = layout.tp
-    owners = Counter(id(q) for m in model.modules() for q in m.parameters(recurse=False))
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    held = _rank_params(model, trained, sharded, layout)
+    param_bytes = max((p.element_size() for _, p in trained), default=4)
+    compute = DTYPE_BYTES.get(precision, param_bytes)
+    whole = {m: st for w in sharded.whole_attention for m, st in w.layers}
+    return ParallelPlan(
+        layout=layout,
+        grads=held.grads,
+        groups=held.groups,
+        tp_layers=_tp_layers(gemms, styles, compute, param_bytes) if tp > 1 else (),
+        tp_sharded=len(styles),
+        tp_styles=tuple(sorted(styles.items())),
+        not_sharded=sharded.not_sharded,
+        rank_params=held.rank_params,
+        whole_attention=sharded.whole_attention,
+        vocab_heads=_vocab_heads(model, gemms, styles) if tp > 1 else (),
+        tp_fwd_bytes=compute,
+        tp_bwd_bytes=param_bytes,
+        attention_sharded=_rank_params(model, trained, replace(sharded, styles={**styles, **whole}), layout)
+        if whole else None,
+    )
 
-    def elems(name: str, p: torch.Tensor) -> int:
-        owner = name.rsplit(".", 1)[0]
-        split = tp if owner in styles and (p.dim() >= 2 or styles[owner] == "column") else 1
-        return -(-p.numel() // split)
+
+def _rank_params(model: torch.nn.Module, trained: Sequence[tuple[str, torch.Tensor]], sharded: Sharding,
+                 layout: Layout) -> RankParams:
+    """One rank's gradients (ready order), FSDP2 groups and optimizer parameters."""
+    elems = _rank_elems(model, sharded, layout.tp)
+    owners = Counter(id(q) for m in model.modules() for q in m.parameters(recurse=False))
 
     def nbytes(name: str, p: torch.Tensor) -> int:
         return elems(name, p) * p.element_size()
@@ -49,16 +79,24 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
     tied = [i for i, (_, p) in enumerate(reversed(trained)) if owners[id(p)] > 1]  # an embedding tied to the LM head
     for i in sorted(tied, reverse=True):  # a tied weight's gradient is ready last
         grads.append(grads.pop(i))
-    return ParallelPlan(
-        layout=layout,
-        grads=tuple(grads),
-        groups=_groups(model, dict(trained), nbytes),
-        tp_layers=_tp_layers(gemms, styles, precision, trained) if tp > 1 else (),
-        tp_sharded=len(styles),
-        tp_styles=tuple(sorted(styles.items())),
-        not_sharded=sharded.not_sharded if sharded is not None else (),
-        rank_params=tuple((-(-elems(n, p) // layout.fsdp), p.element_size()) for n, p in trained),
-    )
+    return RankParams(tuple(grads), _groups(model, dict(trained), nbytes),
+                      tuple((-(-elems(n, p) // layout.fsdp), p.element_size()) for n, p in trained))
+
+
+def _rank_elems(model: torch.nn.Module, sharded: Sharding, tp: int) -> Callable[[str, torch.Tensor], int]:
+    """Elements of a trained tensor on one tensor-parallel rank: 1/``tp`` of a sharded
+    layer's weight (and of a column-parallel layer's bias), the rank's own head of a
+    replicated key/value projection, all of anything else."""
+    styles, widths = sharded.styles, sharded.widths
+
+    def elems(name: str, p: torch.Tensor) -> int:
+        owner = name.rsplit(".", 1)[0]
+        if owner in widths:
+            return -(-p.numel() * widths[owner] // int(getattr(model.get_submodule(owner), "out_features")))
+        split = tp if owner in styles and (p.dim() >= 2 or styles[owner] == "column") else 1
+        return -(-p.numel() // split)
+
+    return elems
 
 
 def _groups(model: torch.nn.Module, trained: dict[str, torch.Tensor],
@@ -79,11 +117,24 @@ def _groups(model: torch.nn.Module, trained: dict[str, torch.Tensor],
     return (ParamGroup("<root>", sum(nbytes(n, trained[n]) for n in root), len(root)), *out)
 
 
-def _tp_layers(gemms: Sequence[Gemm], styles: dict[str, str], precision: str,
-               trained: Sequence[tuple[str, torch.Tensor]]) -> tuple[TensorParallelLayer, ...]:
+def _vocab_heads(model: torch.nn.Module, gemms: Sequence[Gemm],
+                 styles: dict[str, str]) -> tuple[VocabParallelHead, ...]:
+    """The column-parallel layers whose width is one of the model's vocabularies (an
+    embedding's ``num_embeddings``): the tokens of their forward GEMM, their input width."""
+    vocabs = {m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    out: dict[str, VocabParallelHead] = {}
+    for g in gemms:
+        p = dict(g.module_params)
+        width, hidden = p.get("out_features", p.get("nf")), p.get("in_features", p.get("nx"))
+        if (g.phase == "forward" and not g.role and styles.get(g.module) == "column" and g.module not in out
+                and width in vocabs and hidden):
+            out[g.module] = VocabParallelHead(g.module, g.m * g.batch, int(hidden))
+    return tuple(out.values())
+
+
+def _tp_layers(gemms: Sequence[Gemm], styles: dict[str, str], compute: int,
+               param_bytes: int) -> tuple[TensorParallelLayer, ...]:
     """Each row-parallel layer's forward and backward all-reduce sizes."""
-    param_bytes = max((p.element_size() for _, p in trained), default=4)
-    compute = DTYPE_BYTES.get(precision, param_bytes)
     out: dict[str, TensorParallelLayer] = {}
     for g in gemms:
         if g.phase != "forward" or styles.get(g.module) != "row" or g.module in out:

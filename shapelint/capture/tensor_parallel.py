@@ -12,22 +12,28 @@ followed by one narrowing ``f → d`` (an MLP around its activation) is column t
 row. A linear layer neither names nor structure place stays whole on every GPU, and
 :class:`Sharding` lists it, so that the report never claims one GPU's shapes for it.
 Attention splits its heads, in every GEMM of the attention (fused or written by hand),
-forward and backward alike; a degree that does not divide the heads or the key/value heads is refused, as Megatron-LM refuses it.
+forward and backward alike. Key/value heads fewer than the degree (grouped-query
+attention, ``tp`` a multiple of them) are replicated: each rank projects the one
+key/value head its query heads share, as Megatron-LM and vLLM replicate them. An
+attention whose heads (or key/value heads, when not replicated) the degree does not
+divide stays whole on every rank, its projections with it (:class:`WholeAttention`,
+listed as not sharded): that is what a user who must keep the model gets, and SL602
+prices the head count that would shard it.
 Mixture-of-experts layers split each expert's intermediate size. The vocabulary,
 which need not divide, is rounded up (Megatron pads it the same way).
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from shapelint.capture.rows import ROOT_INFO
-from shapelint.errors import ShapelintError
 from shapelint.hardware import ceil_div
+from shapelint.model.parallel import WholeAttention
 from shapelint.model.records import Gemm
 from shapelint.physics.attention import BATCHED_OPS
+from shapelint.physics.heads import divides_heads
 from shapelint.physics.reshape import set_dim
 
 #: leaf names of column-parallel layers, by family: Llama/Mistral/Qwen/OPT/GPT-J/CLIP,
@@ -71,6 +77,7 @@ KV_HEADS_PARAMS = ("num_kv_heads", "num_key_value_heads", "n_kv_heads")
 #: child names of an attention module's query / key projection
 Q_PROJECTIONS = ("q_proj", "query", "q", "q_lin", "query_proj")
 K_PROJECTIONS = ("k_proj", "key", "k", "k_lin", "key_proj")
+V_PROJECTIONS = ("v_proj", "value", "v", "v_lin", "value_proj")
 #: child names of a fused query-key-value projection (3 x heads x head_dim wide)
 QKV_PROJECTIONS = ("query_key_value", "c_attn", "qkv_proj", "Wqkv", "qkv")
 HEAD_DIM_PARAMS = ("head_dim", "head_size")
@@ -104,17 +111,21 @@ def parallel_style(module: str) -> str | None:
 
 @dataclass(frozen=True)
 class Sharding:
-    """One tensor-parallel rank's GEMMs, the style of every sharded linear layer, and
-    the linear layers left whole (in forward order)."""
+    """One tensor-parallel rank's GEMMs, the style of every sharded linear layer, the
+    linear layers left whole (in forward order) and the attention modules left whole
+    because the degree does not divide their heads."""
 
     gemms: list[Gemm]
     styles: dict[str, str]
     not_sharded: tuple[str, ...]
+    whole_attention: tuple[WholeAttention, ...] = ()
+    #: out_features on one rank of the column-parallel layers that are not split
+    #: ``tp`` ways (the key/value projections of replicated key/value heads)
+    widths: dict[str, int] = field(default_factory=dict)
 
 
 def shard(gemms: Sequence[Gemm], tp: int) -> list[Gemm]:
-    """The GEMMs one of ``tp`` GPUs runs. Raises ShapelintError when ``tp`` does not
-    divide an attention's heads or key/value heads."""
+    """The GEMMs one of ``tp`` GPUs runs."""
     return sharding(gemms, tp).gemms
 
 
@@ -123,14 +134,81 @@ def sharding(gemms: Sequence[Gemm], tp: int) -> Sharding:
     if tp <= 1:
         return Sharding(list(gemms), {}, ())
     heads = attention_heads(gemms)
-    for module, (h, kv) in sorted(heads.items()):
-        if h % tp or kv % tp:
-            raise ShapelintError(
-                f"--tp {tp}: {module} has {h} attention heads and {kv} key/value heads; the tensor-parallel "
-                f"degree must divide both (Megatron-LM refuses it); try a divisor of {math.gcd(h, kv)}")
     styles = layer_styles(gemms)
-    whole = tuple(m for m, _, _ in _linears(gemms) if m not in styles)
-    return Sharding([shard_one(g, tp, g.module in heads, styles.get(g.module)) for g in gemms], styles, whole)
+    linears = [m for m, _, _ in _linears(gemms)]
+    whole: list[WholeAttention] = []
+    kept: set[str] = set()
+    for module, (h, kv) in heads.items():
+        if divides_heads(h, kv, tp):
+            continue
+        layers = _projections_of(gemms, module, linears, styles)
+        kept.update([module, *layers])
+        whole.append(WholeAttention(module, h, kv, _head_dim(gemms, module), tuple(layers.items()),
+                                    _reduce_elems(gemms, layers)))
+    styles = {m: s for m, s in styles.items() if m not in kept}
+    widths = _replicated_kv_widths(gemms, heads, tp)
+    out = [g if g.module in kept else shard_one(g, tp, g.module in heads, styles.get(g.module), widths.get(g.module))
+           for g in gemms]
+    return Sharding(out, styles, tuple(m for m in linears if m not in styles), tuple(whole), widths)
+
+
+def _projections_of(gemms: Sequence[Gemm], attention: str, linears: Sequence[str],
+                    styles: dict[str, str]) -> dict[str, str]:
+    """An attention module's projections with their styles: its own linear children
+    and, where none of them is row parallel, the row-parallel layer right after them
+    (BERT's ``attention.output.dense`` beside ``attention.self``)."""
+    inside = [m for m in linears if m in styles and _within(m, attention)]
+    out = {m: styles[m] for m in inside}
+    if inside and "row" not in out.values():
+        after = linears[linears.index(inside[-1]) + 1:]
+        if after and styles.get(after[0]) == "row":
+            out[after[0]] = "row"
+    return out
+
+
+def _within(module: str, parent: str) -> bool:
+    return parent == ROOT_INFO.path or module.startswith(f"{parent}.")
+
+
+def _child(parent: str, name: str) -> str:
+    """The path of ``parent``'s child ``name`` (the model itself runs as ``<root>``)."""
+    return name if parent == ROOT_INFO.path else f"{parent}.{name}"
+
+
+def _reduce_elems(gemms: Sequence[Gemm], layers: dict[str, str]) -> tuple[tuple[str, int], ...]:
+    """Elements of each row-parallel layer's forward output: the all-reduce sharding it adds."""
+    out: dict[str, int] = {}
+    for g in gemms:
+        if g.phase == "forward" and layers.get(g.module) == "row" and g.module not in out and not g.role:
+            out[g.module] = g.m * g.n * g.batch
+    return tuple(out.items())
+
+
+def _head_dim(gemms: Sequence[Gemm], module: str) -> int:
+    """The head dimension of an attention module's scores GEMM (or its attributes)."""
+    for g in gemms:
+        if g.module == module and g.phase == "forward" and g.role in ("attn_scores", "after_softmax"):
+            return _first(dict(g.module_params), HEAD_DIM_PARAMS) or (g.k if g.role == "attn_scores" else 0)
+    return 0
+
+
+def _replicated_kv_widths(gemms: Sequence[Gemm], heads: dict[str, tuple[int, int]], tp: int) -> dict[str, int]:
+    """Per-rank out_features of the key/value (or fused query-key-value) projections of
+    attentions whose key/value heads are fewer than ``tp`` and replicated: one key/value
+    head each (with ``heads / tp`` query heads in a fused projection)."""
+    widths = {g.module: dict(g.module_params).get("out_features") for g in gemms if g.phase == "forward"}
+    out: dict[str, int] = {}
+    for module, (h, kv) in heads.items():
+        d = _head_dim(gemms, module)
+        if kv >= tp or not divides_heads(h, kv, tp) or d <= 0:
+            continue
+        for child in (*K_PROJECTIONS, *V_PROJECTIONS):
+            if widths.get(_child(module, child)) == kv * d:
+                out[_child(module, child)] = d
+        for child in QKV_PROJECTIONS:
+            if widths.get(_child(module, child)) == (h + 2 * kv) * d:
+                out[_child(module, child)] = (h // tp + 2) * d
+    return out
 
 
 def _linears(gemms: Sequence[Gemm]) -> list[tuple[str, int, int]]:
@@ -236,14 +314,16 @@ def _first(params: dict[str, int], names: tuple[str, ...]) -> int:
 def _projected(widths: dict[str, int | None], module: str, children: tuple[str, ...], head_dim: int) -> int:
     if head_dim <= 0:
         return 0
-    width = next((widths[f"{module}.{c}"] for c in children if widths.get(f"{module}.{c}")), None)
+    width = next((widths[_child(module, c)] for c in children if widths.get(_child(module, c))), None)
     return width // head_dim if width and width % head_dim == 0 else 0
 
 
-def shard_one(g: Gemm, tp: int, in_attention: bool = False, style: str | None = None) -> Gemm:
+def shard_one(g: Gemm, tp: int, in_attention: bool = False, style: str | None = None,
+              width: int | None = None) -> Gemm:
     """``g`` on one of ``tp`` GPUs; ``in_attention``: ``g`` belongs to an attention
     module, whose batched GEMMs run per head; ``style``: the layer's parallel style
-    (default: by its name)."""
+    (default: by its name); ``width``: a column-parallel layer's out_features on one
+    rank where it is not 1/``tp`` of them (replicated key/value heads)."""
     if g.role in ("attn_scores", "attn_values") or g.op.startswith("sdpa") or (in_attention and g.op in BATCHED_OPS):
         return replace(g, batch=ceil_div(g.batch, tp)) if g.batch >= tp else g
     expert = _expert_axis(g)
@@ -255,6 +335,8 @@ def shard_one(g: Gemm, tp: int, in_attention: bool = False, style: str | None = 
     axes = _CONV1D_AXES if "nf" in dict(g.module_params) else _LINEAR_AXES
     out_axis, in_axis = axes[g.phase]
     axis = out_axis if style == "column" else in_axis
+    if style == "column" and width is not None:
+        return set_dim(g, axis, width)
     return set_dim(g, axis, ceil_div(getattr(g, axis), tp))
 
 

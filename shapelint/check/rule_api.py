@@ -27,6 +27,7 @@ from typing import Any, Protocol, get_args
 
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
+from shapelint.model.parallel import ParamGroup, WholeAttention
 from shapelint.model.records import (
     ATTN_ROLES,
     Change,
@@ -64,6 +65,8 @@ class Example:
     min_speedup: float = 1.0
     #: tensor-parallel degree the example is linted at (its GEMMs are one GPU's shard)
     tp: int = 1
+    #: FSDP2 degree the example's step is priced at (with its communication)
+    fsdp: int = 1
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,11 @@ class RuleContext:
     #: the step's op stream (memory-bound ops, GEMM and attention markers), in order:
     #: what a rule reads to say which ops its change folds away (``Change.fuses``)
     ops: tuple[Op, ...] = ()
+    #: attention modules left whole on every rank because ``tp`` does not divide their heads
+    whole_attention: tuple[WholeAttention, ...] = ()
+    #: FSDP2 degree, and the groups ``fully_shard`` gathers (the root first, then one per block)
+    fsdp: int = 1
+    fsdp_groups: tuple[ParamGroup, ...] = ()
 
     def is_vocab_dim(self, value: int) -> bool:
         """``value`` is a vocabulary size, or one GPU's shard of one."""

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from shapelint.locate import pretrained as pretrained
 from shapelint.model.locations import ConfigKey, ConfigLocation, Pretrained, Source
+from shapelint.model.parallel import FSDP_GROUP_PARAMETER
 from shapelint.model.records import Finding, Suggestion
 
 #: config keys that name a layer size, preferred when several keys share a value
@@ -52,7 +53,13 @@ RULE_KEYS: dict[str, tuple[str, ...]] = {
     "SL301": ("head_dim", "d_kv", "kv_channels", "attention_head_size", "head_size", "v_head_dim",
               "qk_nope_head_dim", "qk_rope_head_dim", "num_attention_heads", "n_head", "num_heads"),
     "SL401": ("num_channels", "hidden_sizes", "conv_dim", "embedding_size", "hidden_size", "embed_dim"),
+    "SL602": ("num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
+              "decoder_attention_heads"),
 }
+
+#: keys that count an attention's key/value heads: with multi-head attention they hold the
+#: heads' count too, and change with it (SL602)
+KV_HEAD_KEYS = frozenset({"num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"})
 
 #: keys that declare one vocabulary: when several hold the size, they change together
 #: (Marian's published configs give ``vocab_size`` and ``decoder_vocab_size`` both 58101:
@@ -61,7 +68,7 @@ RULE_KEYS: dict[str, tuple[str, ...]] = {
 VOCAB_KEYS = frozenset(RULE_KEYS["SL501"])
 
 #: suggestions that change how the model is run, not a size in its config
-NOT_CONFIG_KEYS = frozenset({"batch", "dtype", "memory_format", "attention"})
+NOT_CONFIG_KEYS = frozenset({"batch", "dtype", "memory_format", "attention", FSDP_GROUP_PARAMETER})
 
 #: why a suggestion that is not a config size has no key (shown at ``model_type``)
 RUN_NOTES = {
@@ -69,6 +76,7 @@ RUN_NOTES = {
     "dtype": "the precision is how the model is run (--dtype, autocast), not a key of {name}",
     "memory_format": "the memory format is how the model is run (model.to(memory_format=...)), not a key of {name}",
     "attention": "the attention is the library code that model_type selects; no key of {name} changes it",
+    FSDP_GROUP_PARAMETER: "FSDP2's groups are the training script's fully_shard calls, not a key of {name}",
 }
 
 #: keys that never set a GEMM dimension: token ids, layer counts, sequence lengths
@@ -171,7 +179,8 @@ class _Ranking:
         ranked = sorted(singles, key=self.place)
         best, per_gpu = ranked[0]
         rest = [k for k, p in ranked[1:] if p == per_gpu and leaf(k) != leaf(best)]
-        together = tuple(k for k in rest if self.code == "SL501" and leaf(best) in VOCAB_KEYS and leaf(k) in VOCAB_KEYS)
+        together = tuple(k for k in rest if (self.code == "SL501" and leaf(best) in VOCAB_KEYS and leaf(k) in VOCAB_KEYS)
+                         or (self.code == "SL602" and leaf(best) not in KV_HEAD_KEYS and leaf(k) in KV_HEAD_KEYS))
         others = tuple(k for k in rest if self.tie(k, per_gpu) == self.tie(best, per_gpu) and k not in together)
         formula = f"{leaf(best)} / tp {tp}" if per_gpu else leaf(best)
         return Explanation((best,), formula, per_gpu, False, others, together)

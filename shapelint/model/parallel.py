@@ -15,6 +15,10 @@ from dataclasses import dataclass
 
 from shapelint.model.target_settings import GPUS_PER_NODE
 
+#: the suggestion's parameter of a change of FSDP2's grouping: how the training script
+#: calls ``fully_shard`` (a run setting, no config key)
+FSDP_GROUP_PARAMETER = "blocks per fully_shard group"
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -87,6 +91,72 @@ class TensorParallelLayer:
 
 
 @dataclass(frozen=True)
+class VocabParallelHead:
+    """A column-parallel output layer whose width is a vocabulary (the LM head): each
+    rank holds a slice of the logits, and the loss is computed vocabulary-parallel
+    (Megatron-LM's ``vocab_parallel_cross_entropy``, DTensor's ``loss_parallel``): three
+    all-reduces of ``tokens`` fp32 values in the forward (the maximum logit, the target's
+    logit, the sum of exponentials), none in the backward, and the all-reduce of the
+    layer's input gradient (``tokens × hidden``) in the backward, as every
+    column-parallel input has."""
+
+    module: str
+    tokens: int
+    hidden: int
+
+
+@dataclass(frozen=True)
+class WholeAttention:
+    """An attention module tensor parallelism leaves whole because its degree does not
+    divide the heads (or the key/value heads, where they are not fewer than the degree
+    and replicated): every rank computes all heads, its projections unsharded. What
+    sharding it would take (SL602), read off the capture."""
+
+    module: str
+    heads: int
+    kv_heads: int
+    head_dim: int
+    #: (linear layer, "column" | "row") of its projections, as they would be sharded
+    layers: tuple[tuple[str, str], ...] = ()
+    #: elements of each row-parallel projection's output (the all-reduce it would add)
+    reduce_elems: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class ParallelChange:
+    """What a finding changes in the parallel plan, for the pricer to apply
+    (``shapelint.price.communication.applied``): linear layers it shards, with their
+    styles, and the row-parallel all-reduces they add (elements of each output), or
+    FSDP2 blocks wrapped together into one ``fully_shard`` group (0: unchanged)."""
+
+    tp_reduce_elems: tuple[tuple[str, int], ...] = ()
+    #: (linear layer, "column" | "row") of each layer the change shards
+    tp_styles: tuple[tuple[str, str], ...] = ()
+    fsdp_blocks_per_group: int = 0
+
+    @property
+    def tp_sharded(self) -> int:
+        return len(self.tp_styles)
+
+    def merged(self, other: ParallelChange) -> ParallelChange:
+        """Both changes (repeated layers' findings grouped into one)."""
+        return ParallelChange(tuple(dict((*self.tp_reduce_elems, *other.tp_reduce_elems)).items()),
+                              tuple(dict((*self.tp_styles, *other.tp_styles)).items()),
+                              max(self.fsdp_blocks_per_group, other.fsdp_blocks_per_group))
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """What one rank holds of the trained parameters: its gradients in the order the
+    backward makes them ready (DDP's buckets), the FSDP2 groups' bytes, and what its
+    optimizer steps (see :class:`ParallelPlan`)."""
+
+    grads: tuple[int, ...] = ()
+    groups: tuple[ParamGroup, ...] = ()
+    rank_params: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class ParallelPlan:
     """What the layout does to this model's step (see the module docstring)."""
 
@@ -107,6 +177,17 @@ class ParallelPlan:
     #: (elements, bytes per element) of each trained parameter one rank holds and
     #: updates (tensor-parallel layers split, FSDP's shards): what its optimizer steps
     rank_params: tuple[tuple[int, int], ...] = ()
+    #: attention modules left whole because the degree does not divide their heads
+    whole_attention: tuple[WholeAttention, ...] = ()
+    #: bytes per element of a row-parallel layer's forward all-reduce (the compute
+    #: dtype) and of its backward one (the parameters' dtype)
+    tp_fwd_bytes: int = 2
+    tp_bwd_bytes: int = 4
+    #: column-parallel LM heads and their vocabulary-parallel loss
+    vocab_heads: tuple[VocabParallelHead, ...] = ()
+    #: the rank's parameters were the whole attentions sharded too (SL602's change): its
+    #: DDP buckets, FSDP2 groups and optimizer shrink with them; None: none is whole
+    attention_sharded: RankParams | None = None
 
     @property
     def param_bytes(self) -> int:
@@ -148,4 +229,5 @@ class Communication:
         return self.exposed_ms + self.copy_ms + self.contention_ms
 
 
-__all__ = ["Collective", "Communication", "Layout", "ParallelPlan", "ParamGroup", "TensorParallelLayer"]
+__all__ = ["FSDP_GROUP_PARAMETER", "Collective", "Communication", "Layout", "ParallelChange", "ParallelPlan", "ParamGroup",
+           "RankParams", "TensorParallelLayer", "VocabParallelHead", "WholeAttention"]

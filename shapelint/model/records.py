@@ -17,6 +17,7 @@ from shapelint.model.dtypes import DTYPE_BYTES
 from shapelint.model.graphs import GraphBreaks as GraphBreaks
 from shapelint.model.locations import ConfigLocation, Pretrained
 from shapelint.model.locations import Source as Source
+from shapelint.model.parallel import ParallelChange
 from shapelint.model.verification import FindingVerification
 
 Phase = Literal["forward", "grad_input", "grad_weight", "recompute"]
@@ -259,6 +260,9 @@ class Change:
     #: memory-bound ops of the step that the change folds into its kernel, so the step
     #: runs them no more (a hand-written attention's score chain, fused by SDPA)
     fuses: tuple[Op, ...] = ()
+    #: what the change does to the parallel layout's communication (layers it shards,
+    #: FSDP2 groups it merges), applied by the step model; None: nothing
+    parallel: ParallelChange | None = None
 
 
 @dataclass(frozen=True)
@@ -391,6 +395,8 @@ class Finding:
     #: the change's ``fuses``: ops the step runs no more after it (priced out of the step,
     #: replayed by ``--verify``)
     fuses: tuple[Op, ...] = field(default=(), compare=False, repr=False)
+    #: the change's ``parallel`` (layers it shards, FSDP2 groups it merges), for the step model
+    parallel: ParallelChange | None = None
 
     @property
     def est_speedup(self) -> float | None:

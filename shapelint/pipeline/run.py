@@ -19,7 +19,7 @@ from shapelint import hardware
 from shapelint.capture.parallel_plan import parallel_plan
 from shapelint.capture.precision import PRECISIONS, to_precision
 from shapelint.capture.run import Capture, capture
-from shapelint.capture.tensor_parallel import sharding
+from shapelint.capture.tensor_parallel import Sharding, sharding
 from shapelint.capture.traceable import check_not_compiled, explain, refusing_compile
 from shapelint.check.rule_api import Rule, RuleContext
 from shapelint.check.run import run_rules
@@ -33,8 +33,8 @@ from shapelint.load.usercode import user_code
 from shapelint.locate.code_sites import locate_in_code
 from shapelint.locate.config_keys import locate_all
 from shapelint.locate.knobs import advise
-from shapelint.model.parallel import Layout
-from shapelint.model.records import Finding
+from shapelint.model.parallel import Layout, ParallelPlan
+from shapelint.model.records import Finding, Op
 from shapelint.pipeline.result import Options, Result
 from shapelint.pipeline.settings import default
 from shapelint.price import StepModel, price, step_estimate
@@ -104,6 +104,24 @@ def resolve_target(opts: Options, loaded: Loaded, hw: Hardware | None) -> Resolv
     )
 
 
+def rule_context(target: Resolved, tokens: int | None, vocabs: frozenset[int], sharded: Sharding | None,
+                 plan: ParallelPlan | None, ops: tuple[Op, ...] = ()) -> RuleContext:
+    """What the rules know of a target besides its GEMMs: its settings, its
+    vocabularies, what its parallel layout did to it, and the step's op stream."""
+    return RuleContext(
+        precision=target.precision,
+        training=target.training,
+        tokens=tokens,
+        vocab_sizes=vocabs,
+        tp=target.tp,
+        sharded=frozenset(sharded.styles) if sharded is not None else frozenset(),
+        whole_attention=sharded.whole_attention if sharded is not None else (),
+        fsdp=target.layout.fsdp,
+        fsdp_groups=plan.groups if plan is not None else (),
+        ops=ops,
+    )
+
+
 def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Sequence[Rule]) -> Result:
     """Capture, check and price a loaded model (a target file's, or a model the Python API was given)."""
     path = loaded.target
@@ -131,15 +149,7 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
     plan = parallel_plan(loaded.model, cap.gemms, target.layout, sharded, precision) \
         if target.layout.parallel else None
     tokens = token_count(loaded.inputs)
-    ctx = RuleContext(
-        precision=precision,
-        training=training,
-        tokens=tokens,
-        vocab_sizes=vocab_sizes(loaded.model),
-        tp=tp,
-        sharded=frozenset(sharded.styles) if sharded is not None else frozenset(),
-        ops=tuple(cap.ops),
-    )
+    ctx = rule_context(target, tokens, vocab_sizes(loaded.model), sharded, plan, tuple(cap.ops))
     graphs = loaded.compile_probe() if target.compiled and loaded.compile_probe is not None else None
     step_of_capture = Step(cap.gemms, cap.ops, cap.params, training, cap.syncs, cap.breaks, graphs)
     model = StepModel(step_of_capture, hw, "compile" if target.compiled else "eager",

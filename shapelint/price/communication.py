@@ -39,13 +39,20 @@ accumulation, and contention between two parallel engines' collectives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
 from shapelint.hardware.collectives import Collectives
-from shapelint.model.parallel import Collective, Communication, ParallelPlan
+from shapelint.model.parallel import (
+    Collective,
+    Communication,
+    ParallelChange,
+    ParallelPlan,
+    ParamGroup,
+    TensorParallelLayer,
+)
 from shapelint.price.kernels import memory_kernel_ms
 from shapelint.price.step import StepTime
 
@@ -108,6 +115,67 @@ def with_communication(t: StepTime, comm: Communication, world_size: int, hw: Ha
     return replace(t, ms=ms, gpu_ms=gpu, host_ms=host, by_class=tuple(sorted(classes.items())),
                    comm_ms=comm.exposed_ms, world_size=world_size, communication=comm,
                    ms_range=(min(ms_range[0], ms), max(ms_range[1], ms)))
+
+
+def applied(plan: ParallelPlan, changes: Iterable[ParallelChange]) -> ParallelPlan:
+    """``plan`` with findings' parallel changes made: the layers they shard add their
+    row-parallel all-reduces (in the plan's dtypes) and their DTensor dispatch, and, once
+    every whole attention is sharded, each rank's gradients, FSDP2 groups and optimizer
+    hold 1/TP of their weights; FSDP2 blocks wrapped ``k`` to a ``fully_shard`` group
+    gather and reduce together."""
+    reduces: dict[str, int] = {}
+    styles: dict[str, str] = {}
+    per_group = 0
+    for c in changes:
+        reduces.update(c.tp_reduce_elems)
+        styles.update(c.tp_styles)
+        per_group = max(per_group, c.fsdp_blocks_per_group)
+    sharded = len([m for m in styles if m not in dict(plan.tp_styles)])
+    known = {x.module for x in plan.tp_layers}
+    added = tuple(TensorParallelLayer(m, e * plan.tp_fwd_bytes, e * plan.tp_bwd_bytes)
+                  for m, e in reduces.items() if m not in known)
+    if added or sharded:
+        plan = replace(plan, tp_layers=plan.tp_layers + added, tp_sharded=plan.tp_sharded + sharded,
+                       tp_styles=tuple(sorted({**dict(plan.tp_styles), **styles}.items())))
+    whole = {m for w in plan.whole_attention for m, _ in w.layers}
+    if plan.attention_sharded is not None and whole and whole <= set(styles):  # every whole attention sharded
+        held = plan.attention_sharded
+        plan = replace(plan, grads=held.grads, groups=held.groups, rank_params=held.rank_params,
+                       attention_sharded=None)
+    if per_group > 1:
+        plan = replace(plan, groups=grouped_blocks(plan.groups, per_group))
+    return plan
+
+
+def blocks_per_group_options(plan: ParallelPlan) -> list[int]:
+    """The block counts per FSDP2 group worth pricing: from 2, each the smallest that
+    makes its number of groups, while the largest merged group holds no more than the
+    root group, whose parameters FSDP2 keeps unsharded from the forward to the backward
+    (so the gathered parameters' peak memory at most doubles)."""
+    blocks = plan.groups[1:]
+    if len(blocks) < 2:
+        return []
+    largest = max(b.nbytes for b in blocks)
+    out, counts = [], set()
+    for k in range(2, len(blocks) + 1):
+        groups = -(-len(blocks) // k)
+        if k * largest > plan.groups[0].nbytes:
+            break
+        if groups not in counts:
+            counts.add(groups)
+            out.append(k)
+    return out
+
+
+def grouped_blocks(groups: Sequence[ParamGroup], k: int) -> tuple[ParamGroup, ...]:
+    """FSDP2 groups with every ``k`` consecutive blocks wrapped as one (the root, first, stays)."""
+    root, blocks = groups[0], groups[1:]
+    out = [root]
+    for i in range(0, len(blocks), k):
+        part = blocks[i:i + k]
+        name = part[0].name if len(part) == 1 else f"{part[0].name}..{part[-1].name}"
+        out.append(ParamGroup(name, sum(b.nbytes for b in part), sum(b.tensors for b in part)))
+    return tuple(out)
 
 
 # -- the engines ---------------------------------------------------------------------------
@@ -222,9 +290,47 @@ def _tensor_parallel(plan: ParallelPlan, c: Collectives, hw: Hardware, training:
     if training:
         colls.append(Collective("tp", op, layers, sum(x.bwd_bytes for x in plan.tp_layers), bwd, bwd))
     calls = layers * (2 if training else 1)
-    return Communication(tuple(colls), fwd + bwd, 0.0, 0.0,
-                         (plan.tp_sharded * c.host.tp_layer + calls * c.host.tp_collective) * 1e-3)
+    heads = _vocab_parallel(plan, c, training)
+    return Communication(tuple(colls) + heads.collectives, fwd + bwd + heads.exposed_ms, 0.0, 0.0,
+                         (plan.tp_sharded * c.host.tp_layer + calls * c.host.tp_collective) * 1e-3 + heads.host_ms)
 
 
-__all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "buckets", "collectives_of",
-           "communication", "with_communication"]
+#: the vocabulary-parallel loss's forward all-reduces per LM head (the maximum logit,
+#: the target's logit, the sum of exponentials: Megatron-LM and DTensor's loss_parallel)
+LOSS_ALL_REDUCES = 3
+#: bytes per value of the loss's all-reduces (both upcast the logits to fp32)
+LOSS_BYTES = 4
+
+
+def _vocab_parallel(plan: ParallelPlan, c: Collectives, training: bool) -> Communication:
+    """A column-parallel LM head's collectives in a training step (``VocabParallelHead``):
+    the loss's three small all-reduces in the forward and its input gradient's all-reduce
+    in the backward (under ``--sp``, an all-gather of its input in the forward and a
+    reduce-scatter of the gradient instead). Not overlapped. The input gradient's
+    all-reduce is a DTensor collective on the host; the loss's are issued by the loss
+    function, which DTensor does not dispatch op by op."""
+    lay = plan.layout
+    if not plan.vocab_heads or not training:  # no loss; what reads the sharded logits is not priced
+        return Communication()
+    n, across = lay.tp, lay.group_spans_nodes(1, lay.tp)
+    loss_bytes = sum(h.tokens for h in plan.vocab_heads) * LOSS_BYTES
+    loss_ms = sum(LOSS_ALL_REDUCES * c.us("all_reduce", h.tokens * LOSS_BYTES, n, across)
+                  for h in plan.vocab_heads) * 1e-3
+    colls = [Collective("tp_vocab", "all_reduce", LOSS_ALL_REDUCES * len(plan.vocab_heads),
+                        LOSS_ALL_REDUCES * loss_bytes, loss_ms, loss_ms)]
+    exposed, calls = loss_ms, 0
+    inputs = [h.tokens * h.hidden for h in plan.vocab_heads]
+    if lay.sp:
+        gather = sum(c.us("all_gather", e * plan.tp_fwd_bytes, n, across) for e in inputs) * 1e-3
+        colls.append(Collective("tp_vocab", "all_gather", len(inputs), sum(inputs) * plan.tp_fwd_bytes, gather,
+                                gather))
+        exposed, calls = exposed + gather, calls + len(inputs)
+    op = "reduce_scatter" if lay.sp else "all_reduce"
+    grad = sum(c.us(op, e * plan.tp_bwd_bytes, n, across) for e in inputs) * 1e-3
+    colls.append(Collective("tp_vocab", op, len(inputs), sum(inputs) * plan.tp_bwd_bytes, grad, grad))
+    exposed, calls = exposed + grad, calls + len(inputs)
+    return Communication(tuple(colls), exposed, 0.0, 0.0, calls * c.host.tp_collective * 1e-3)
+
+
+__all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "applied", "blocks_per_group_options", "buckets", "collectives_of",
+           "communication", "grouped_blocks", "with_communication"]

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from shapelint.model.parallel import ParallelChange
 from shapelint.model.records import Finding
 
 #: a layer index inside a module path: ``h.3.mlp`` → ``h.*.mlp`` (also at the start: ``3.mlp``)
@@ -38,7 +39,8 @@ def group(findings: Sequence[Finding]) -> list[Finding]:
             out.append(replace(first, modules=modules))
             continue
         out.append(replace(first, module=module_glob(modules), modules=modules, est_ms=sum(m.est_ms for m in members),
-                           est_ms_after=sum(m.est_ms_after for m in members), **concatenated(members)))
+                           est_ms_after=sum(m.est_ms_after for m in members), parallel=_merged_parallel(members),
+                           **concatenated(members)))
     return out
 
 
@@ -49,6 +51,15 @@ def concatenated(members: Sequence[Finding]) -> dict[str, Any]:
                 gemm_ms_after=tuple(x for m in members for x in m.gemm_ms_after),
                 slices=tuple(dict.fromkeys(x for m in members for x in m.slices)),
                 fuses=tuple(op for m in members for op in m.fuses))
+
+
+def _merged_parallel(members: Sequence[Finding]) -> ParallelChange | None:
+    """The members' parallel changes as one (each layer's sharding, together)."""
+    out: ParallelChange | None = None
+    for m in members:
+        if m.parallel is not None:
+            out = m.parallel if out is None else out.merged(m.parallel)
+    return out
 
 
 def deduplicated(findings: Sequence[Finding]) -> list[Finding]:

@@ -51,6 +51,7 @@ from shapelint.physics.reshape import candidates, smaller
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.grouping import deduplicated, group
 from shapelint.price.kernels import work_ms
+from shapelint.price.layout_change import is_layout_change, layout_finding
 from shapelint.price.saving import StepModel
 
 #: a candidate size within this fraction of the best time counts as reaching it
@@ -121,6 +122,8 @@ def price_one(p: Proposal, hw: Hardware, policy: Policy = Policy()) -> Finding |
         change = p.change
     if change.suggestion.from_ == change.suggestion.to:
         return None
+    if is_layout_change(change):  # no GEMM moves: the step model prices it (StepModel.priced)
+        return layout_finding(p, change)
     now = p.now or Work(p.gemms)
     before_ms = work_ms(now, hw)
     after_each = _after_ms(p, change, hw)
@@ -149,6 +152,7 @@ def price_one(p: Proposal, hw: Hardware, policy: Policy = Policy()) -> Finding |
         slices=change.slices,
         vocab=change.vocab,
         fuses=change.fuses,
+        parallel=change.parallel,
         recorded_ms=sum(recorded) if p.now is not None else None,
         reference_ms=tuple((name, work_ms(work, hw)) for name, work in p.references),
     )

@@ -9,12 +9,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from shapelint.hardware import Hardware
-from shapelint.model.parallel import ParallelPlan
-from shapelint.model.records import Finding, Gemm
-from shapelint.price.communication import Communication, communication, with_communication
+from shapelint.model.parallel import FSDP_GROUP_PARAMETER, ParallelChange, ParallelPlan
+from shapelint.model.records import Finding, Gemm, Suggestion
+from shapelint.price.communication import (
+    Communication,
+    applied,
+    blocks_per_group_options,
+    communication,
+    with_communication,
+)
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.inductor import inductor_laid_out, pad_mm_padded
 from shapelint.price.step import Mode, Step, StepTime, side_ms, step_time
+
+#: an FSDP2 grouping within this share of the best option's step saving counts as reaching it
+NEAR_BEST_STEP = 0.01
 
 
 @dataclass(frozen=True)
@@ -58,21 +67,26 @@ class StepModel:
     @property
     def _rank_step(self) -> Step:
         """The step one rank runs: under a parallel layout, its own parameters' optimizer."""
-        if self.parallel is None or not self.parallel.layout.parallel:
-            return self.step
-        return replace(self.step, params=self.parallel.rank_params)
+        return self._step_of(self.parallel)
 
-    def communication(self, one_gpu: StepTime | None = None) -> Communication:
-        """What the parallel layout adds to the step (nothing on one GPU)."""
-        if self.parallel is None or not self.parallel.layout.parallel:
+    def _step_of(self, plan: ParallelPlan | None) -> Step:
+        if plan is None or not plan.layout.parallel:
+            return self.step
+        return replace(self.step, params=plan.rank_params)
+
+    def communication(self, one_gpu: StepTime | None = None, plan: ParallelPlan | None = None) -> Communication:
+        """What the parallel layout (``plan``, default the step's) adds to the step (nothing on one GPU)."""
+        plan = plan or self.parallel
+        if plan is None or not plan.layout.parallel:
             return Communication()
         t = one_gpu or step_time(self._rank_step, self.hw, self.mode, self.optimizer)
-        return communication(self.parallel, t, self.hw, self.step.training)
+        return communication(plan, t, self.hw, self.step.training)
 
-    def _timed(self, one_gpu: StepTime) -> StepTime:
-        if self.parallel is None or not self.parallel.layout.parallel:
+    def _timed(self, one_gpu: StepTime, plan: ParallelPlan | None = None) -> StepTime:
+        plan = plan or self.parallel
+        if plan is None or not plan.layout.parallel:
             return one_gpu
-        return with_communication(one_gpu, self.communication(one_gpu), self.parallel.layout.world_size, self.hw)
+        return with_communication(one_gpu, self.communication(one_gpu, plan), plan.layout.world_size, self.hw)
 
     def _slower_than_eager(self, eager: StepTime) -> str:
         """Why the compiled step is estimated slower than eager: the attention calls that
@@ -93,15 +107,20 @@ class StepModel:
     def after(self, findings: Iterable[Finding]) -> StepTime:
         """The step with every given (unsuppressed) finding applied; a GEMM two findings
         cover counts once, at the better after-time."""
-        applied = [f for f in findings if f.gain != "throughput"]
-        slices = dict.fromkeys(s for f in applied if not f.suppressed for s in f.slices)
+        taken = [f for f in findings if f.gain != "throughput"]
+        slices = dict.fromkeys(s for f in taken if not f.suppressed for s in f.slices)
         extra = side_ms(slices, self.hw, self.mode, self.step.training)
-        fused = frozenset(op.index for f in applied if not f.suppressed for op in f.fuses)
-        return self._timed(step_time(self._rank_step, self.hw, self.mode, self.optimizer, best_after(applied), extra,
-                                     fused))
+        plan = self.parallel
+        if plan is not None:
+            plan = applied(plan, [f.parallel for f in taken if not f.suppressed and f.parallel is not None])
+        fused = frozenset(op.index for f in taken if not f.suppressed for op in f.fuses)
+        return self._timed(step_time(self._step_of(plan), self.hw, self.mode, self.optimizer, best_after(taken), extra,
+                                     fused), plan)
 
     def priced(self, f: Finding) -> tuple[Finding, float]:
         """``f`` with its step saving, and the GPU time it saves (the policy's measure)."""
+        if f.parallel is not None and f.parallel.fsdp_blocks_per_group > 1:
+            return self._grouped(f)
         if f.gain == "throughput":
             return replace(f, step_ms=self.before.ms, step_ms_saved=None), f.saved_ms
         after = self.after([f])
@@ -114,6 +133,28 @@ class StepModel:
                     f"measures yours); this saves {gpu_saved:.2f} ms of GPU time, which shows "
                     "once the step is GPU-bound (torch.compile, CUDA graphs, a larger batch)")
         return replace(f, step_ms=self.before.ms, step_ms_saved=self.before.ms - after.ms, step_note=note), gpu_saved
+
+    def _grouped(self, f: Finding) -> tuple[Finding, float]:
+        """An FSDP2 grouping finding: the smallest block count per group whose step saving
+        is within ``NEAR_BEST_STEP`` of the best option's (``blocks_per_group_options``).
+        Its measure is the step's saving, not the GPU's: merging groups cuts FSDP2's host
+        work per group and the latency of each all-gather, and may expose more of them."""
+        plan = self.parallel
+        options = blocks_per_group_options(plan) if plan is not None else []
+        if plan is None or not options:
+            return replace(f, step_ms=self.before.ms, step_ms_saved=0.0), 0.0
+        one_gpu = step_time(self._rank_step, self.hw, self.mode, self.optimizer)
+        saved = {k: self.before.ms - self._timed(one_gpu, applied(plan, [ParallelChange(fsdp_blocks_per_group=k)])).ms
+                 for k in options}
+        best = max(saved.values())
+        k = next(k for k in options if saved[k] >= best - NEAR_BEST_STEP * abs(best))
+        blocks = len(plan.groups) - 1
+        note = (f"{-(-blocks // k)} groups of up to {k} blocks instead of {blocks}; larger groups would gather more "
+                "parameters at once than the root group, which FSDP2 keeps unsharded from the forward to the backward")
+        parameter, from_ = (f.suggestion.parameter, f.suggestion.from_) if f.suggestion else (FSDP_GROUP_PARAMETER, 1)
+        return replace(f, suggestion=Suggestion(parameter, from_, k),
+                       parallel=ParallelChange(fsdp_blocks_per_group=k), step_ms=self.before.ms,
+                       step_ms_saved=saved[k], step_note=note), saved[k]
 
     def _compile_note(self, gemms: Sequence[int]) -> str:
         """Why a compiled step saves less, or otherwise, than the GEMMs: Inductor already

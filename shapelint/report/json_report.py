@@ -113,10 +113,26 @@ def _total(per: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "est_scope": "GEMMs only",
         "findings": sum(s["findings"] for s in per),
         "suppressed": sum(s["suppressed"] for s in per),
+        **_parallel_total(per),
     }
     if per and all("step_ms" in s for s in per):
         total.update(_step_total(per))
     return total
+
+
+def _parallel_total(per: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Of several targets: the largest ``world_size`` (each target is priced on its own
+    layout), their exposed communication ``comm_ms`` summed as their steps are, their
+    per-GPU steps summed where every target has one, and every ``host_reads`` entry
+    with the ``target`` whose trace answered it."""
+    out: dict[str, Any] = {
+        "world_size": max((s.get("world_size", 1) for s in per), default=1),
+        "comm_ms": round(sum(s.get("comm_ms", 0.0) for s in per), 4),
+        "host_reads": [{**read, "target": s["target"]} for s in per for read in s.get("host_reads", ())],
+    }
+    if per and all("step_ms_per_gpu" in s for s in per):
+        out["step_ms_per_gpu"] = round(sum(s["step_ms_per_gpu"] for s in per), 4)
+    return out
 
 
 def _step_total(per: Sequence[dict[str, Any]]) -> dict[str, Any]:
