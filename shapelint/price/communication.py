@@ -67,8 +67,8 @@ BACKWARD_SHARE = 2 / 3
 def collectives_of(hw: Hardware) -> Collectives:
     if hw.collectives is None:
         raise ShapelintError(f"GPU profile {hw.key} has no collectives table, so no parallel layout can be priced on "
-                             "it; use a profile with one (h100-sxm, h200), or add a `collectives:` section measured with "
-                             "benchmarks/multi_gpu_step.py (docs/gpu-profiles.md)")
+                             "it; use a profile with one (h100-sxm, h200), or measure one with `shapelint calibrate` on a "
+                             "machine with several GPUs (docs/multi-gpu.md)")
     return hw.collectives
 
 
