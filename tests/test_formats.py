@@ -160,8 +160,9 @@ def test_github_annotations(project: Path, capsys: pytest.CaptureFixture[str]) -
     rc, out, err = run(["models/bad.py", "--no-config", "--select", "SL101", "--format", "github"], capsys)
     assert rc == 1, err
     (line,) = out.splitlines()
-    assert line.startswith(("::error file=models/bad.py,line=6,title=SL101 misaligned-leading-dim::",
-                            "::warning file=models/bad.py,line=6,title=SL101 misaligned-leading-dim::"))
+    # col: the 1023 that --fix edits (`nn.Linear(1023, 1024)` at column 37)
+    assert line.startswith(("::error file=models/bad.py,line=6,col=37,title=SL101 misaligned-leading-dim::",
+                            "::warning file=models/bad.py,line=6,col=37,title=SL101 misaligned-leading-dim::"))
     assert "in_features 1023 → 1024" in line
 
 

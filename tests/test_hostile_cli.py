@@ -84,7 +84,8 @@ def test_github_annotates_the_targets_that_failed(here: Path, capsys: pytest.Cap
     assert rc == 2
     yaml_error, comment_error = _errors_on_stderr(err)
     *findings, first, second = out.splitlines()  # bad.py's comment suppresses nothing: its finding stays
-    assert [f.split(",title=")[0] for f in findings] == ["::error file=model.py,line=6", "::error file=bad.py,line=6"]
+    assert [f.split(",title=")[0] for f in findings] == ["::error file=model.py,line=6,col=37",
+                                                                  "::error file=bad.py,line=6,col=37"]
     title = "title=shapelint%3A cannot lint this target"
     assert first == f"::error file=t.yaml,{title}::{yaml_error}"
     assert second == f"::error file=bad.py,line={LINEAR_LINE},{title}::{comment_error.replace('%', '%25')}"
