@@ -55,6 +55,7 @@ from shapelint.physics.attention import (
     chain_traffic_bytes,
     find_hand_written,
     score_chain,
+    softmax_bytes_of,
 )
 
 CODE = "SL302"
@@ -127,8 +128,8 @@ def _proposal(atts: list[HandWritten], ops: Sequence[Op]) -> Proposal:
         Suggestion("attention", "matmul-softmax-matmul", "F.scaled_dot_product_attention"),
         tuple(g for att in atts for g in att.fused(needs)), _message(first, score_bytes, chain, training),
         (("seq_q", first.tq), ("seq_k", first.tk), ("head_dim", first.qk.k), ("score_bytes", score_bytes),
-         ("score_passes", passes), ("traffic_bytes", score_bytes * passes), ("softmax_bytes", chain_bytes),
-         ("score_kernels", len(chain))),
+         ("score_passes", passes), ("traffic_bytes", score_bytes * passes),
+         ("softmax_bytes", softmax_bytes_of(atts)), ("chain_bytes", chain_bytes), ("score_kernels", len(chain))),
         # the fused backward computes QKᵀ again
         added=Work(tuple(g for att in atts for g in att.recompute(needs))),
         fuses=chain,

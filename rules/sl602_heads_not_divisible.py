@@ -41,13 +41,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shapelint.capture.tensor_parallel import shard_one
+from shapelint.capture.tensor_parallel import features_axis, shard_one
 from shapelint.check.rule_api import Example, RuleContext
 from shapelint.hardware import Hardware
 from shapelint.model.parallel import ParallelChange, WholeAttention
 from shapelint.model.records import Change, Gemm, Proposal, Severity, Suggestion
+from shapelint.physics.attention import head_axis
 from shapelint.physics.heads import sharded_heads
-from shapelint.physics.reshape import resize
+from shapelint.physics.reshape import set_dim
 
 CODE = "SL602"
 NAME = "heads-not-divisible"
@@ -87,11 +88,15 @@ def _change(whole: WholeAttention, covered: tuple[Gemm, ...], option: tuple[int,
 
     def after(g: Gemm) -> Gemm:
         if g.module == whole.module:  # the attention itself: heads / tp per GPU, each of d
-            return replace(resize(g, whole.head_dim, d), batch=max(1, g.batch * heads // whole.heads // tp))
+            axis = head_axis(g, whole.head_dim)
+            g = set_dim(g, axis, d) if axis is not None else g
+            return replace(g, batch=max(1, g.batch * heads // whole.heads // tp))
         width = None
+        # a column projection's out_features (never a token count of the same value)
+        axis = features_axis(g) if styles[g.module] == "column" else None
         for old, new, replicated in ((fused_old, fused_new, (heads // tp + 2) * d), (old_kv, new_kv, d)):
-            if old != heads * d and styles[g.module] == "column" and old in (g.m, g.n, g.k):
-                g = resize(g, old, new)
+            if old != heads * d and axis is not None and getattr(g, axis) == old:
+                g = set_dim(g, axis, new)
                 width = replicated if kv < tp else None
                 break
         return shard_one(g, tp, style=styles[g.module], width=width)

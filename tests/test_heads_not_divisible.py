@@ -93,6 +93,20 @@ def test_sl602_proposes_16_heads_of_48_and_prices_the_shards() -> None:
     assert f.parallel == change.parallel and f.est_speedup > 2.0
 
 
+def test_a_token_count_equal_to_the_kv_width_is_not_resized() -> None:
+    """Qwen2-7B's attention (28 heads, 4 key/value heads of 128) at --tp 8 over 512
+    tokens: 512 is also the key/value width, and only k_proj and v_proj change it (the
+    rule picked dimensions by value and shrank q_proj's tokens to 448)."""
+    ex = Example("_rule.TinyAttention(3584, 28, 4)", "torch.randn(1, 512, 3584)", tp=8)
+    cap, ctx = trace_example(RULES["SL602"], ex)
+    (p,) = RULES["SL602"].check(cap.gemms, resolve("h100"), ctx)
+    heads, kv, d = (dict(p.change.facts)[k] for k in ("to_heads", "to_kv_heads", "to_head_dim"))
+    assert dims(p.change.after, "q_proj") == (512, heads // 8 * d, 3584, 1)
+    assert dims(p.change.after, "q_proj", phase="grad_weight") == (heads // 8 * d, 3584, 512, 1)
+    k_width = d if kv < 8 else kv // 8 * d
+    assert dims(p.change.after, "k_proj") == (512, k_width, 3584, 1)
+
+
 @pytest.fixture(scope="module")
 def gpt2_xl(tmp_path_factory) -> Path:
     """GPT-2 XL's widths (1600 = 25 heads x 64) at 2 layers."""

@@ -102,7 +102,7 @@ def test_not_flagged() -> None:
 
 class DroppedAttention(nn.Module):
     """Hand-written attention with dropout on the probabilities (vit-pytorch, SpeechT5):
-    off CUDA, ``F.dropout`` is decomposed into ``bernoulli_``, ``div_`` and ``mul``."""
+    traced as CUDA runs it, one ``native_dropout`` (``shapelint.capture.dropout``)."""
 
     def __init__(self, dim: int = 512, heads: int = 8, p: float = 0.1) -> None:
         super().__init__()
@@ -158,7 +158,8 @@ def test_the_score_chain_is_priced_op_by_op_as_recorded() -> None:
     covered = [by[i] for i in f.gemms]
     assert abs(f.est_ms - (total_ms(covered, H100) + sum(op_ms(op, H100) for op in f.fuses))) < 1e-9
     assert f.fact("score_kernels") == 10
-    assert f.fact("softmax_bytes") == sum(op.bytes for op in f.fuses)
+    assert f.fact("chain_bytes") == sum(op.bytes for op in f.fuses)
+    assert f.fact("softmax_bytes") == softmax_traffic_bytes(scores, 2, True)  # its meaning kept
     assert "mul, masked_fill, _to_copy, _softmax kernels (and their backward)" in f.message
     # after: the fused kernel with the mask as an additive bias, at bias_attention_efficiency
     assert f.after[0].extra == (("is_causal", False), ("with_bias", True))
@@ -178,28 +179,63 @@ def test_the_step_runs_the_fused_chain_no_more() -> None:
 
 
 class BiasedAttention(nn.Module):
-    """T5-style: a learned position bias added to the scores (it needs a gradient)."""
+    """T5-style: a learned position bias added to the scores (it needs a gradient);
+    ``project``: q, k, v from a Linear (they need gradients too), else the input itself
+    (only dP is a backward GEMM)."""
 
-    def __init__(self, heads: int = 8, seq: int = 256) -> None:
+    def __init__(self, heads: int = 8, seq: int = 256, dim: int = 512, project: bool = True) -> None:
         super().__init__()
         self.bias = nn.Parameter(torch.zeros(1, heads, seq, seq))
+        self.qkv = nn.Linear(dim, dim) if project else nn.Identity()
         self.heads = heads
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
-        q = k = v = x.view(b, t, self.heads, c // self.heads).transpose(1, 2)
-        return ((q @ k.transpose(-2, -1) + self.bias).softmax(-1) @ v).transpose(1, 2).reshape(b, t, c)
+        q = k = v = self.qkv(x).view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        return ((q @ k.transpose(-2, -1) + self.bias * 0.5).softmax(-1) @ v).transpose(1, 2).reshape(b, t, c)
+
+
+def _bias_gradient_sums(cap, elems: int) -> set[int]:
+    return {op.index for op in cap.ops if op.backward and op.kind == "reduction" and op.numel == elems
+            and op.out_numel < op.numel}
 
 
 def test_a_bias_gradient_leaves_the_chain() -> None:
-    """The sum of dS into the bias's gradient is not fused away: a fused kernel with a
-    bias that needs a gradient writes it too."""
+    """The sum of dS into the bias's gradient is not fused away (a fused kernel with a
+    bias that needs a gradient writes it too); the softmax backward is."""
     cap, (f,) = chained(lambda: (BiasedAttention(), torch.randn(4, 256, 512)))
-    assert ("add", False) in [(op.name, op.backward) for op in f.fuses]
-    fused = {op.index for op in f.fuses}
-    leaving = [op for op in cap.ops if op.backward and op.kind == "reduction" and op.numel == 4 * 8 * 256 * 256
-               and op.out_numel < op.numel]
-    assert leaving and not fused & {op.index for op in leaving}
+    names = [(op.name, op.backward) for op in f.fuses]
+    assert ("add", False) in names and ("_softmax_backward_data", True) in names
+    leaving = _bias_gradient_sums(cap, 4 * 8 * 256 * 256)
+    assert leaving and not leaving & {op.index for op in f.fuses}
+
+
+def test_the_backward_chain_is_found_where_dp_is_the_only_backward_gemm() -> None:
+    """q, k and v need no gradient: dP is the attention's one backward GEMM, and the
+    softmax backward after it is still the chain's."""
+    cap, (f,) = chained(lambda: (BiasedAttention(project=False), torch.randn(4, 256, 512)))
+    assert ("_softmax_backward_data", True) in [(op.name, op.backward) for op in f.fuses]
+    assert not _bias_gradient_sums(cap, 4 * 8 * 256 * 256) & {op.index for op in f.fuses}
+
+
+def test_a_bias_computed_beside_the_chain_stays_at_batch_one() -> None:
+    """At batch 1 a [1, H, T, T] bias has as many elements as the scores: its own
+    computation (``bias * 0.5``) still runs after the fix, as SDPA's mask."""
+    for batch in (1, 4):
+        _, (f,) = chained(lambda: (BiasedAttention(), torch.randn(batch, 256, 512)))  # noqa: B023
+        assert [op.name for op in f.fuses if not op.backward] == ["add", "_softmax", "_to_copy"], batch
+
+
+def test_dropout_is_priced_once_in_each_direction_of_the_fused_kernel() -> None:
+    """After: the fused kernel draws the dropout mask forward and again backward, on the
+    two records that stand for whole kernels, at attention_dropout_ps per score element."""
+    _, (f,) = chained(lambda: (nn.Sequential(sl302.ManualAttention(512, 8, dropout=0.1)), torch.randn(8, 1024, 512)))
+    _, (plain,) = chained(manual())
+    dropping = [a.op for a in f.after if dict(a.extra).get("with_dropout")]
+    assert dropping == ["sdpa.qk", "sdpa.qk_recompute"]
+    per_pass = 64 * 1024 * 1024 * H100.step.attention_dropout_ps * 1e-9
+    assert abs((f.est_ms_after - plain.est_ms_after) - 2 * per_pass) < 1e-9
+    assert ("native_dropout", False) in [(op.name, op.backward) for op in f.fuses]
 
 
 def test_verify_replays_the_recorded_chain() -> None:

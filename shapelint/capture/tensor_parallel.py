@@ -318,6 +318,16 @@ def _projected(widths: dict[str, int | None], module: str, children: tuple[str, 
     return width // head_dim if width and width % head_dim == 0 else 0
 
 
+def features_axis(g: Gemm, side: str = "out") -> str | None:
+    """The axis (``"m"``, ``"n"`` or ``"k"``) of a linear layer's GEMM that carries its
+    ``out_features`` (``side="out"``) or ``in_features`` (``"in"``) in this phase; None
+    for a GEMM of no linear layer's phase."""
+    if g.phase not in _LINEAR_AXES:
+        return None
+    out_axis, in_axis = (_CONV1D_AXES if "nf" in dict(g.module_params) else _LINEAR_AXES)[g.phase]
+    return out_axis if side == "out" else in_axis
+
+
 def shard_one(g: Gemm, tp: int, in_attention: bool = False, style: str | None = None,
               width: int | None = None) -> Gemm:
     """``g`` on one of ``tp`` GPUs; ``in_attention``: ``g`` belongs to an attention
@@ -330,11 +340,9 @@ def shard_one(g: Gemm, tp: int, in_attention: bool = False, style: str | None = 
     if expert is not None:
         return set_dim(g, expert, ceil_div(getattr(g, expert), tp))
     style = style or parallel_style(g.module)
-    if style is None or g.phase not in _LINEAR_AXES:
+    axis = features_axis(g, "out" if style == "column" else "in") if style is not None else None
+    if axis is None:
         return g
-    axes = _CONV1D_AXES if "nf" in dict(g.module_params) else _LINEAR_AXES
-    out_axis, in_axis = axes[g.phase]
-    axis = out_axis if style == "column" else in_axis
     if style == "column" and width is not None:
         return set_dim(g, axis, width)
     return set_dim(g, axis, ceil_div(getattr(g, axis), tp))

@@ -1,7 +1,7 @@
 """A hand-written attention's score chain, replayed on the GPU for ``--verify``: the
 memory-bound ops the model ran between its QKᵀ and PV matmuls (``Finding.fuses``, as
 the capture recorded them: casts to fp32 and back, scaling, a mask or bias, the
-softmax, dropout), one torch op each, in order and in the recorded dtypes; autograd
+softmax, ``native_dropout``), one torch op each, in order and in the recorded dtypes; autograd
 then runs their backward as the model's did. The fused alternative gets what the
 chain needs: a mask where the chain masks or adds a bias, dropout where it drops."""
 
@@ -12,14 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from shapelint.model.records import Finding, Op
-from shapelint.physics.attention import DROPOUT_OPS, MASKING_OPS
+from shapelint.physics.attention import BIAS_OPS, DROPOUT_OPS, MASK_FILL_OPS, MASKING_OPS
 
 #: recorded op names that cast (their output's element size says to what)
 _CASTS = ("_to_copy", "to", "copy_", "clone", "contiguous", "_to_dtype")
 _SOFTMAX = ("_softmax", "softmax")
-_MASKS = ("masked_fill", "masked_fill_", "where")
-_DROPOUT = ("native_dropout", "dropout", "bernoulli_")
-_BIAS = ("add", "add_", "sub", "sub_")
 #: the probability the replay drops (training dropout; its rate does not change the traffic)
 DROPOUT_P = 0.1
 
@@ -42,19 +39,13 @@ class Chain:
 def chain_of(fuses: Sequence[Op], module: str) -> Chain:
     """The forward chain of the first attention in ``module`` (a grouped finding holds
     every layer's; one layer is what --verify times): the ops on the scores' path, in
-    order. A dropout mask drawn (``bernoulli_``) and scaled in place beside the path
-    makes the path's next op the dropout."""
+    order, up to where the next attention's chain starts."""
     path: set[int] = set()
     steps: list[tuple[str, int]] = []
-    drawing = False  # a mask drawn and scaled in place, not yet applied
     for op in _forward_in(fuses, module):
-        if op.name == "bernoulli_" or (drawing and op.name.endswith("_")):
-            drawing = True
-            continue
         if steps and not any(s in path for s, _ in op.reads):
-            break  # the next attention's chain starts
-        steps.append(("native_dropout" if drawing else op.name, _out_bytes(op)))
-        drawing = False
+            break
+        steps.append((op.name, _out_bytes(op)))
         path.update(s for s, _ in op.writes)
     return Chain(tuple(steps))
 
@@ -92,9 +83,9 @@ def replay(chain: Chain, scores: Any, dtypes: dict[int, Any], tq: int, tk: int) 
     steps: dict[str, Callable[[Any, Any], Any]] = {
         **dict.fromkeys(_CASTS, lambda t, d: t.to(d)),
         **dict.fromkeys(_SOFTMAX, lambda t, d: torch.softmax(t, dim=-1, dtype=d)),
-        **dict.fromkeys(_MASKS, lambda t, d: t.masked_fill(~mask, float("-inf"))),
-        **dict.fromkeys(_DROPOUT, lambda t, d: F.dropout(t, DROPOUT_P, training=True)),
-        **dict.fromkeys(_BIAS, lambda t, d: t + bias.to(d)),
+        **dict.fromkeys(MASK_FILL_OPS, lambda t, d: t.masked_fill(~mask, float("-inf"))),
+        **dict.fromkeys(DROPOUT_OPS, lambda t, d: F.dropout(t, DROPOUT_P, training=True)),
+        **dict.fromkeys(BIAS_OPS, lambda t, d: t + bias.to(d)),
     }
     for name, out_bytes in chain.steps:
         dtype = dtypes.get(out_bytes, x.dtype)

@@ -13,3 +13,6 @@ MIN_LOSS = 0.05
 MIN_STEP_SHARE = 0.01
 #: an ``error`` needs at least this speedup on the work it covers; below it, a warning
 ERROR_SPEEDUP = 1.25
+#: of the options the pricer picks from (a padded size, FSDP2 blocks per group), the
+#: first whose cost is within this fraction of the best counts as reaching it
+NEAR_BEST = 0.01

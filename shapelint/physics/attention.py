@@ -146,6 +146,16 @@ def head_dim(g: Gemm) -> int:
     return g.k if g.role == "attn_scores" else g.n
 
 
+def head_axis(g: Gemm, d: int) -> str | None:
+    """The axis of an attention GEMM that is its head dimension ``d``: a fused kernel's
+    by its role (:func:`head_dim`), a batched matmul's where exactly one axis is ``d``
+    (None where a sequence length equals it too: which is which is not known)."""
+    if is_fused(g):
+        return "k" if g.role == "attn_scores" else "n"
+    axes = [axis for axis in ("m", "n", "k") if getattr(g, axis) == d]
+    return axes[0] if len(axes) == 1 else None
+
+
 def _per_head(op: Operand, d: int) -> Operand:
     if not op.in_memory or d not in (op.rows, op.cols):
         return op
@@ -234,7 +244,9 @@ def _on_chip(op: Operand) -> Operand:
 
 #: op names in a score chain that add a mask or bias to the scores (the fused call then
 #: takes an additive mask) and that apply dropout to the probabilities
-MASKING_OPS = ("masked_fill", "masked_fill_", "where", "add", "add_", "sub", "sub_")
+MASK_FILL_OPS = ("masked_fill", "masked_fill_", "where")
+BIAS_OPS = ("add", "add_", "sub", "sub_")
+MASKING_OPS = MASK_FILL_OPS + BIAS_OPS
 DROPOUT_OPS = ("native_dropout",)
 #: extra keys of a fused record made from hand-written attention: the kernel takes an
 #: additive mask (every tile at ``bias_attention_efficiency``) / draws dropout (the
@@ -250,11 +262,16 @@ class ChainNeeds:
     dropout: bool = False
 
 
+def softmax_bytes_of(atts: Sequence[HandWritten]) -> int:
+    """Bytes the softmax passes over each attention's scores move (forward, and backward
+    where it trains), in the scores' dtype."""
+    return sum(softmax_traffic_bytes(a.score_elems, a.pv.dtype_bytes, bool(a.backward)) for a in atts)
+
+
 def chain_traffic_bytes(atts: Sequence[HandWritten], chain: Sequence[Op]) -> int:
     """Bytes the score chain's ops move; where there is no op stream (a chain of none),
-    the softmax's own passes over each attention's scores."""
-    return sum(op.bytes for op in chain) or sum(
-        softmax_traffic_bytes(a.score_elems, a.pv.dtype_bytes, bool(a.backward)) for a in atts)
+    the softmax's own passes (:func:`softmax_bytes_of`)."""
+    return sum(op.bytes for op in chain) or softmax_bytes_of(atts)
 
 
 def chain_names(chain: Sequence[Op]) -> str:
@@ -353,23 +370,21 @@ def score_chain(att: HandWritten, ops: Sequence[Op]) -> tuple[Op, ...]:
     chain = _chain_from(qk, pv.index, ops, att.score_elems)
     slot = att.recompute_slot()
     if slot is not None and (dp := marker.get(att.backward[slot].index)) is not None:
+        # up to the GEMMs that read dS; where dP is the only backward GEMM (q and k need
+        # no gradient), to wherever the chain's last op is
         last = max((marker[g.index].index for g in att.backward if g.index in marker), default=dp.index)
-        chain += _chain_from(dp, last, ops, att.score_elems)
+        chain += _chain_from(dp, last if last > dp.index else len(ops), ops, att.score_elems)
     return chain
 
 
 def _chain_from(start: Op, stop: int, ops: Sequence[Op], elems: int) -> tuple[Op, ...]:
     """The chain ops after ``start`` (a GEMM marker whose output begins it) and before
-    position ``stop``, in order, with the score-sized ops that make a tensor the chain
-    reads (a dropout mask drawn and scaled: the fused kernel draws it on chip)."""
-    window = ops[start.index + 1:stop]
-    found = _reached(start, window, elems)
+    position ``stop``, in order. (Dropout is traced as the fused ``native_dropout``, one
+    op on the chain: no mask is drawn beside it.)"""
+    found = _reached(start, ops[start.index + 1:stop], elems)
     read = {s for op in found for s, _ in op.reads}
     # a reduction out of the chain (a bias's gradient) stays: a fused kernel writes it too
-    chain = {op.index for op in found if op.out_numel == elems or _writes_any(op, read)}
-    feeders = {op.index for op in window if op.index not in chain and op.kind in (*_CHAIN_KINDS, "fill")
-               and op.numel == elems and _writes_any(op, read)}
-    return tuple(op for op in window if op.index in chain | feeders)
+    return tuple(op for op in found if op.out_numel == elems or _writes_any(op, read))
 
 
 def _reached(start: Op, window: Sequence[Op], elems: int) -> list[Op]:

@@ -46,16 +46,13 @@ from shapelint.model.records import (
     SizeSearch,
     Work,
 )
-from shapelint.model.thresholds import ERROR_SPEEDUP, MIN_LOSS, MIN_SPEEDUP, MIN_STEP_SHARE
+from shapelint.model.thresholds import ERROR_SPEEDUP, MIN_LOSS, MIN_SPEEDUP, MIN_STEP_SHARE, NEAR_BEST
 from shapelint.physics.reshape import candidates, smaller
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.grouping import deduplicated, group
 from shapelint.price.kernels import work_ms
 from shapelint.price.layout_change import is_layout_change, layout_finding
 from shapelint.price.saving import StepModel
-
-#: a candidate size within this fraction of the best time counts as reaching it
-NEAR_BEST = 0.01
 
 #: a step saving within this much of zero is no change (float rounding of the timeline)
 STEP_NOISE_MS = 1e-9

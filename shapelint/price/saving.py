@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from shapelint.hardware import Hardware
 from shapelint.model.parallel import FSDP_GROUP_PARAMETER, ParallelChange, ParallelPlan
 from shapelint.model.records import Finding, Gemm, Suggestion
+from shapelint.model.thresholds import NEAR_BEST
 from shapelint.price.communication import (
     Communication,
     applied,
@@ -21,9 +22,6 @@ from shapelint.price.communication import (
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.inductor import inductor_laid_out, pad_mm_padded
 from shapelint.price.step import Mode, Step, StepTime, side_ms, step_time
-
-#: an FSDP2 grouping within this share of the best option's step saving counts as reaching it
-NEAR_BEST_STEP = 0.01
 
 
 @dataclass(frozen=True)
@@ -136,7 +134,7 @@ class StepModel:
 
     def _grouped(self, f: Finding) -> tuple[Finding, float]:
         """An FSDP2 grouping finding: the smallest block count per group whose step saving
-        is within ``NEAR_BEST_STEP`` of the best option's (``blocks_per_group_options``).
+        is within ``NEAR_BEST`` of the best option's (``blocks_per_group_options``).
         Its measure is the step's saving, not the GPU's: merging groups cuts FSDP2's host
         work per group and the latency of each all-gather, and may expose more of them."""
         plan = self.parallel
@@ -147,7 +145,7 @@ class StepModel:
         saved = {k: self.before.ms - self._timed(one_gpu, applied(plan, [ParallelChange(fsdp_blocks_per_group=k)])).ms
                  for k in options}
         best = max(saved.values())
-        k = next(k for k in options if saved[k] >= best - NEAR_BEST_STEP * abs(best))
+        k = next(k for k in options if saved[k] >= best - NEAR_BEST * abs(best))
         blocks = len(plan.groups) - 1
         note = (f"{-(-blocks // k)} groups of up to {k} blocks instead of {blocks}; larger groups would gather more "
                 "parameters at once than the root group, which FSDP2 keeps unsharded from the forward to the backward")
