@@ -10,11 +10,43 @@ import torch
 
 
 def stream_layout(kclass: str, tensors: list[torch.Tensor]) -> tuple[int, bool]:
-    """(the widest floating element size, whether a copy or pointwise op reads or
-    writes a non-contiguous tensor)."""
+    """(the widest floating element size, whether a copy or pointwise op runs on
+    TensorIterator's non-vectorised path): it reads or writes a tensor that is neither
+    contiguous nor dense channels-last, or it mixes the two layouts (a channels-last
+    activation plus an NCHW one). Every tensor contiguous, or every one channels-last,
+    is vectorised (``vectorized_elementwise_kernel`` in the H100 profile of a
+    channels-last MBConv step; ``elementwise_kernel<128, 4>`` where layouts mix)."""
     widest = max((t.element_size() for t in tensors if t.is_floating_point()), default=2)
-    strided = kclass in ("copy", "pointwise") and any(not t.is_contiguous() for t in tensors if t.dim() > 1)
+    if kclass not in ("copy", "pointwise"):
+        return widest, False
+    layouts = {_layout(t) for t in tensors if t.dim() > 1}
+    strided = "strided" in layouts or {"contiguous", "channels_last"} <= layouts
     return widest, strided
+
+
+#: the channels-last memory format of a tensor of each rank
+_CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+def _layout(t: torch.Tensor) -> str:
+    """``any`` (one pixel: both layouts), ``contiguous``, ``channels_last`` or ``strided``."""
+    contiguous = t.is_contiguous()
+    fmt = _CHANNELS_LAST.get(t.dim())
+    last = fmt is not None and t.is_contiguous(memory_format=fmt)
+    if contiguous and last:
+        return "any"
+    return "contiguous" if contiguous else "channels_last" if last else "strided"
+
+
+def channels_last(tensors: list[torch.Tensor]) -> bool:
+    """Whether the first 4-D or 5-D tensor an op reads is laid out channels-last and not
+    also contiguous (a tensor of one pixel is both): the layout PyTorch picks a batch
+    norm's or a convolution's kernel by."""
+    for t in tensors:
+        fmt = _CHANNELS_LAST.get(t.dim())
+        if fmt is not None:
+            return t.is_contiguous(memory_format=fmt) and not t.is_contiguous()
+    return False
 
 
 def tensors_of(values: Any) -> list[torch.Tensor]:

@@ -60,6 +60,7 @@ class OpRow(NamedTuple):
     strided: bool
     numel: int
     out_numel: int
+    channels_last: bool = False
 
 
 @dataclass(frozen=True)

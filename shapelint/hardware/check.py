@@ -17,7 +17,8 @@ from shapelint.hardware.profile import STEP_KEYS
 
 #: the scalar efficiencies a profile (or ``_arch.yaml``) may set, fractions in (0, 1]
 EFFICIENCIES = ("achievable", "attention_misaligned_efficiency", "conv_transpose_efficiency",
-                "memory_efficiency", "attention_efficiency", "conv_memory_efficiency", "depthwise_nchw_efficiency",
+                "memory_efficiency", "attention_efficiency", "conv_memory_efficiency", "conv_gemm_1x1_efficiency",
+                "depthwise_nchw_efficiency", "depthwise_nchw_min_efficiency", "depthwise_nhwc_min_efficiency",
                 "depthwise_nhwc_efficiency", "grouped_nhwc_efficiency", "batched_memory_efficiency")
 #: typical model GEMMs measured against the 8192³ peak: slightly above 1 is possible
 GEMM_EFFICIENCY_MAX = 1.5

@@ -67,6 +67,15 @@ class StepProfile:
     #: mask or bias to the scores (eager: attention written by hand that adds a mask,
     #: rewritten with SDPA and that mask); 1 where not measured
     bias_attention_efficiency: float = 1.0
+    #: PyTorch's eager batch-norm kernels (forward and backward, ``shapelint.physics.
+    #: conv_kernels.BATCH_NORM``) on NCHW and on channels-last activations; where not
+    #: measured, the row-reduction rate
+    batch_norm_nchw_efficiency: float = 0.45
+    batch_norm_channels_last_efficiency: float = 0.45
+    #: an Inductor kernel that reduces over all but one dimension (batch norm's statistics
+    #: over N·H·W per channel, its weight and bias gradients) with its fused pointwise
+    #: ops, by the bytes its fused region reads and writes; where not measured, pointwise
+    fused_norm_efficiency: float = 0.9
 
 
 STEP_KEYS = tuple(StepProfile.__dataclass_fields__)
@@ -103,13 +112,23 @@ class Hardware:
     #: terms), whose traffic is mostly its output, streamed near the copy rate
     batched_memory_efficiency: float
     #: fractions of the copy bandwidth memory-bound convolution kernels reach, by the
-    #: kernel each layout gets (``shapelint.physics.conv_kernels``): cuDNN's implicit GEMMs
-    #: and cuBLASLt's 1x1 GEMMs; PyTorch's own depthwise kernel (NCHW) and cuDNN's NHWC
-    #: one; cuDNN's channels-last grouped kernels whose group width is not a multiple of 64
+    #: kernel each layout gets (``shapelint.physics.conv_kernels``): cuDNN's implicit GEMMs;
+    #: cuBLASLt's GEMMs of a 1x1 convolution over N·H·W rows; PyTorch's own depthwise
+    #: kernel (NCHW) and cuDNN's NHWC one; cuDNN's channels-last grouped kernels whose group
+    #: width is not a multiple of 64
     conv_memory_efficiency: float
+    conv_gemm_1x1_efficiency: float
     depthwise_nchw_efficiency: float
     depthwise_nhwc_efficiency: float
     grouped_nhwc_efficiency: float
+    #: a depthwise kernel's rate grows with the bytes B it moves: ``efficiency · B /
+    #: (B + half)`` (``depthwise_*_efficiency`` is the large-kernel rate, ``*_half_mb``
+    #: the MB at which half of it is reached), never below the rate of the smallest
+    #: kernels measured (``*_min_efficiency``) (``shapelint.price.gemm``)
+    depthwise_nchw_half_mb: float
+    depthwise_nhwc_half_mb: float
+    depthwise_nchw_min_efficiency: float
+    depthwise_nhwc_min_efficiency: float
     min_gemm_us: float
     attention_efficiency: float
     gemm_efficiency: float

@@ -112,6 +112,10 @@ class Op:
     #: elements it produces (a reduction's output): what Inductor can fuse it with
     numel: int = 0
     out_numel: int = 0
+    #: an activation it reads is laid out channels-last (NHWC, a 4-D or 5-D tensor whose
+    #: channels are the innermost dimension): PyTorch runs other kernels (batch norm's
+    #: ``*_channels_last_kernel``, ``shapelint.physics.conv_kernels``) on such tensors
+    channels_last: bool = False
 
 
 @dataclass(frozen=True)

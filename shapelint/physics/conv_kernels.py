@@ -1,4 +1,5 @@
-"""Which kernel a convolution runs in each memory layout, and whether it transposes.
+"""Which kernel a convolution (and a batch norm) runs in each memory layout, and
+whether it transposes.
 
 PyTorch picks the layout from the tensors (``cudnn_conv_suggest_memory_format``:
 channels-last when the input or the weight is) and then the kernel
@@ -14,6 +15,17 @@ channels-last when the input or the weight is) and then the kernel
   and 56^2; at 14^2 and 7^2 cuDNN's implicit GEMM with transposes ran).
 - ``grouped`` (several channels per group) and ``implicit_gemm`` (the rest): cuDNN's
   NHWC kernels, which transpose each NCHW activation they read or write.
+
+A 1x1 stride-1 convolution on channels-last tensors is a row-major GEMM over N·H·W
+rows: with at least ``GEMM_1X1_MIN_ROWS`` of them it ran as cuBLASLt GEMMs at every
+pixel count (nvjet kernels, MBConv at batch 256 down to 14^2: 50176 rows, in the H100
+profile of ``benchmarks/step_profile.py``); with 12544 or fewer (1024->256 at 14^2 and
+2048->512 at 7^2, batch 64) as cuDNN's implicit GEMM, 1.56-1.60x faster than NCHW.
+
+Batch norm (``BATCH_NORM``): PyTorch's eager kernels differ by layout as well; NCHW
+runs ``batch_norm_collect_statistics_kernel`` / ``batch_norm_backward_kernel`` (one
+block per channel striding over N and H·W), channels-last the ``*_channels_last_kernel``
+family (coalesced over channels), about 3x faster per byte (``docs/step-model.md``).
 """
 
 from __future__ import annotations
@@ -28,11 +40,22 @@ ConvKernel = Literal["depthwise", "gemm_1x1", "grouped", "implicit_gemm"]
 
 #: output pixels (H·W) from which a 1x1 stride-1 NCHW convolution runs as cuBLASLt GEMMs
 GEMM_1X1_MIN_PIXELS = 1024
+#: rows (N·H·W) from which a 1x1 stride-1 channels-last convolution runs as cuBLASLt
+#: GEMMs whatever its pixel count (50176 measured so, 12544 not; the midpoint)
+GEMM_1X1_MIN_ROWS = 32768
 #: group widths that cuDNN's channels-last grouped kernels run at the implicit-GEMM
 #: rate (64 per group measured 1.21x faster than NCHW; 56 per group 0.75x)
 GROUPED_NHWC_WIDTH = 64
 
 _GEOMETRY = {"input", "weight", "groups", "transposed"}
+
+#: the aten ops of a batch norm that run PyTorch's batch-norm kernels (a training step's
+#: forward and backward; Inductor decomposes the ``_legit`` ones into fused reductions)
+BATCH_NORM: frozenset[str] = frozenset({
+    "native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
+    "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training", "cudnn_batch_norm",
+    "cudnn_batch_norm_backward", "batch_norm_backward",
+})
 
 
 def call_of(g: Gemm) -> ConvCall | None:
@@ -40,16 +63,31 @@ def call_of(g: Gemm) -> ConvCall | None:
     return ConvCall(g.module, g.extra) if g.role == "conv" and _GEOMETRY <= dict(g.extra).keys() else None
 
 
-def conv_kernel(c: ConvCall) -> ConvKernel:
-    """The kind of kernel PyTorch runs convolution ``c`` on (either layout)."""
+def conv_kernel(c: ConvCall, channels_last: bool = False) -> ConvKernel:
+    """The kind of kernel PyTorch runs convolution ``c`` on, in NCHW or channels-last."""
     if c.depthwise:
         return "depthwise"
     stride = c.shape("stride") if "stride" in dict(c.extra) else ()
     pixels = prod(c.shape("input")[2:])
+    rows = pixels * c.shape("input")[0]
     if (c.groups == 1 and not c.transposed and all(k == 1 for k in c.kernel_shape)
-            and all(s == 1 for s in stride) and pixels >= GEMM_1X1_MIN_PIXELS):
+            and all(s == 1 for s in stride)
+            and (pixels >= GEMM_1X1_MIN_PIXELS or (channels_last and rows >= GEMM_1X1_MIN_ROWS))):
         return "gemm_1x1"
     return "grouped" if c.groups > 1 else "implicit_gemm"
+
+
+def nchw(g: Gemm) -> bool:
+    """Whether a convolution's GEMM reads or writes NCHW activations (operands the record
+    marks as copied: the implicit GEMM's layout is channels-last)."""
+    return any(op.copied for op in (g.a, g.b, g.out))
+
+
+def kernel_of(g: Gemm) -> ConvKernel | None:
+    """The kernel a convolution's GEMM record runs on, in the layout its operands have;
+    None for a record without convolution geometry."""
+    call = call_of(g)
+    return conv_kernel(call, channels_last=not nchw(g)) if call is not None else None
 
 
 def transposes(kernel: ConvKernel) -> bool:
@@ -62,5 +100,5 @@ def grouped_width_fast(c: ConvCall) -> bool:
     return (c.in_channels // c.groups) % GROUPED_NHWC_WIDTH == 0
 
 
-__all__ = ["GEMM_1X1_MIN_PIXELS", "GROUPED_NHWC_WIDTH", "ConvKernel", "call_of", "conv_kernel", "grouped_width_fast",
-           "transposes"]
+__all__ = ["BATCH_NORM", "GEMM_1X1_MIN_PIXELS", "GEMM_1X1_MIN_ROWS", "GROUPED_NHWC_WIDTH", "ConvKernel", "call_of", "conv_kernel",
+           "grouped_width_fast", "kernel_of", "nchw", "transposes"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm, Op
 from shapelint.physics.conv import as_channels_last
-from shapelint.physics.conv_kernels import call_of, conv_kernel
+from shapelint.physics.conv_kernels import kernel_of
 from shapelint.price.gemm import gemm_time
 from shapelint.price.host import host_costs
 from shapelint.price.inductor import Fused
@@ -134,8 +134,8 @@ def _of_region(ops: Sequence[Op], region: Fused, ms: float, launched: int) -> Pr
 
 
 def _conv_detail(g: Gemm) -> str:
-    call = call_of(g)
-    return f"conv:{conv_kernel(call)}" if call is not None else "conv"
+    kernel = kernel_of(g)
+    return f"conv:{kernel}" if kernel is not None else "conv"
 
 
 def transposes_ms(g: Gemm, hw: Hardware) -> float:

@@ -41,7 +41,7 @@ from shapelint.hardware import Hardware
 from shapelint.model.records import ATTN_ROLES, Gemm
 from shapelint.physics.alignment import gemm_alignment, input_alignment, is_aligned, output_alignment
 from shapelint.physics.attention import WITH_BIAS, WITH_DROPOUT, is_fused
-from shapelint.physics.conv_kernels import call_of, conv_kernel, grouped_width_fast, transposes
+from shapelint.physics.conv_kernels import call_of, grouped_width_fast, kernel_of, nchw, transposes
 from shapelint.physics.gemm_shapes import grouped_fallback
 from shapelint.physics.quantization import quantization
 
@@ -174,19 +174,32 @@ def fused_dropout_ms(scores: Gemm, causal: bool, hw: Hardware) -> float:
 def conv_memory_efficiency(g: Gemm, hw: Hardware) -> tuple[float, bool]:
     """(the fraction of the copy bandwidth a convolution's kernel reaches memory-bound,
     whether it transposes NCHW operands) by the kernel its layout gets
-    (``shapelint.physics.conv_kernels``)."""
-    call = call_of(g)
-    nchw = any(op.copied for op in (g.a, g.b, g.out))
-    if call is None:  # no recorded geometry (a record made by hand): a plain GEMM's rate
-        return hw.memory_efficiency, nchw
-    kernel = conv_kernel(call)
+    (``shapelint.physics.conv_kernels``). A depthwise kernel's rate grows with the bytes
+    it moves, ``efficiency · B / (B + half)``: small ones lose more of their time to
+    ramp-up and the tail (measured on the H100 at batch 64 and in a batch-256 step:
+    ``docs/step-model.md``, "Convolutions")."""
+    call, kernel, on_nchw = call_of(g), kernel_of(g), nchw(g)
+    if call is None or kernel is None:  # no recorded geometry (a record made by hand): a plain GEMM's rate
+        return hw.memory_efficiency, on_nchw
     if kernel == "depthwise":
-        eff = hw.depthwise_nchw_efficiency if nchw else hw.depthwise_nhwc_efficiency
-    elif kernel == "grouped" and not nchw and not grouped_width_fast(call):
+        eff = depthwise_efficiency(g.min_bytes, on_nchw, hw)
+    elif kernel == "gemm_1x1":
+        eff = hw.conv_gemm_1x1_efficiency
+    elif kernel == "grouped" and not on_nchw and not grouped_width_fast(call):
         eff = hw.grouped_nhwc_efficiency
     else:
         eff = hw.conv_memory_efficiency
-    return eff, nchw and transposes(kernel)
+    return eff, on_nchw and transposes(kernel)
+
+
+def depthwise_efficiency(nbytes: int, on_nchw: bool, hw: Hardware) -> float:
+    """The rate of a depthwise kernel moving ``nbytes``: PyTorch's NCHW kernel or cuDNN's
+    NHWC one, ``efficiency · B / (B + half)`` and at least the smallest kernels' rate."""
+    if on_nchw:
+        top, half_mb, low = hw.depthwise_nchw_efficiency, hw.depthwise_nchw_half_mb, hw.depthwise_nchw_min_efficiency
+    else:
+        top, half_mb, low = hw.depthwise_nhwc_efficiency, hw.depthwise_nhwc_half_mb, hw.depthwise_nhwc_min_efficiency
+    return max(low, top * nbytes / (nbytes + half_mb * 1e6))
 
 
 def _conv_time(g: Gemm, hw: Hardware) -> GemmTime:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm, Op, Operand
 from shapelint.physics.conv import conv_calls
+from shapelint.physics.conv_kernels import BATCH_NORM
 from shapelint.physics.reshape import set_dim
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.kernels import memory_kernel_ms
@@ -215,9 +216,19 @@ class Fused:
     bytes: int
     pointwise: int
     reductions: tuple[tuple[int, int], ...]
+    #: it holds a batch norm: Inductor's ``triton_red_fused__native_batch_norm_legit_*``
+    #: kernels reduce over N·H·W per channel and read the activation again to apply it
+    norm: bool = False
 
     def kernels(self, hw: Hardware) -> int:
         return self.pointwise + sum(1 + _splits(n, out, hw) for n, out in self.reductions)
+
+    def ms(self, hw: Hardware) -> float:
+        """Its GPU time: its bytes at Inductor's pointwise rate, or at the measured rate of
+        its batch-norm kernels (``fused_norm_efficiency``), and at least one shortest
+        kernel per kernel it launches."""
+        eff = hw.step.fused_norm_efficiency if self.norm else hw.step.elementwise_efficiency
+        return max(memory_kernel_ms(self.bytes, eff, hw), self.kernels(hw) * hw.step.min_kernel_us * 1e-3)
 
 
 #: Inductor splits a reduction in two kernels when it has too few outputs to fill the GPU
@@ -285,7 +296,7 @@ def _fuse(run: Sequence[Op], readers: Mapping[int, set[int]]) -> Fused:
             if not read_by or not read_by <= inside:
                 write_bytes[serial] = max(write_bytes.get(serial, 0), nbytes)
     return Fused(tuple(op.index for op in run), sum(read_bytes.values()) + sum(write_bytes.values()),
-                 *_kernel_groups(run))
+                 *_kernel_groups(run), norm=any(op.name in BATCH_NORM for op in run))
 
 
 def _kernel_groups(run: Sequence[Op]) -> tuple[int, tuple[tuple[int, int], ...]]:

@@ -20,6 +20,7 @@ from typing import Literal
 from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm, Op, Work
 from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, bias_grad_bytes, head_dim, math_kernel
+from shapelint.physics.conv_kernels import BATCH_NORM
 from shapelint.price.gemm import CAUSAL_WORK, fused_dropout_ms, gemm_ms, total_ms
 
 #: how the step runs: eagerly, or as torch.compile (Inductor, default mode) runs it
@@ -43,9 +44,13 @@ def memory_kernel_ms(nbytes: float, efficiency: float, hw: Hardware) -> float:
 
 
 def op_ms(op: Op, hw: Hardware) -> float:
-    """An eager memory-bound op (not a GEMM or attention)."""
+    """An eager memory-bound op (not a GEMM or attention). A batch norm runs PyTorch's
+    batch-norm kernels of its activation's layout (``shapelint.physics.conv_kernels``),
+    not a row reduction's."""
     s = hw.step
-    if op.kind == "reduction":
+    if op.name in BATCH_NORM:
+        eff = s.batch_norm_channels_last_efficiency if op.channels_last else s.batch_norm_nchw_efficiency
+    elif op.kind == "reduction":
         eff = s.reduction_efficiency
     elif op.kind in ("copy", "pointwise") and op.strided:
         eff = s.strided_copy_efficiency

@@ -255,9 +255,7 @@ def _issue_compiled(t: Timeline, step: Step, hw: Hardware, fused: frozenset[int]
     its graph breaks run between graphs; the host time of the latter."""
     regions = fused_regions([op for op in step.ops if op.index not in fused]) if fused else step.regions
     for region in regions:
-        launched = region.kernels(hw)
-        t.add("fused", max(memory_kernel_ms(region.bytes, hw.step.elementwise_efficiency, hw),
-                           launched * hw.step.min_kernel_us * 1e-3), launched)
+        t.add("fused", region.ms(hw), region.kernels(hw))
     if step.graphs is None:
         return 0.0
     kernel_ms, ops, host_ms = between_graphs(step.graphs, hw, step.training)
