@@ -388,14 +388,16 @@ def run(output: str, timer: KernelTimer | None = None, collectives: str = "measu
         raise ValueError(f"collectives must be one of {COLLECTIVES}, got {collectives!r}")
     if not torch.cuda.is_available():
         raise ShapelintError("calibrate needs a CUDA GPU (torch.cuda.is_available() is False)")
-    sweep = None if collectives == "skip" else collectives_on_this_machine(world_size, collectives == "only", log)
     name = torch.cuda.get_device_name()
     speed = None
+    # the profile to write into is read and checked, and the one-GPU part measured,
+    # before the collectives' sweep (up to minutes of every GPU): a bad file fails first
     if collectives == "only":
         doc, base_name = _profile_to_update(output, name)
     else:
         doc, base_name = _calibrated(name, timer or cuda_timer()), closest_key(name)
         speed = measured_host_speed(doc, profile_from_dict(closest_base(name), "base"))
+    sweep = None if collectives == "skip" else collectives_on_this_machine(world_size, collectives == "only", log)
     base = profile_from_dict(doc, "base", output if base_name == output else "").collectives
     if sweep is not None or (speed is not None and base is not None):
         doc["collectives"] = collectives_section(sweep, base_collectives(base), base_name, speed)
