@@ -225,3 +225,23 @@ def test_the_fix_changes_a_multi_head_attentions_key_value_heads_with_its_heads(
     main([*args, "--fix", "--unsafe-fixes"])
     config = json.loads(path.read_text())
     assert (config["num_attention_heads"], config["num_key_value_heads"]) == (20, 20)  # the re-lint accepted it
+
+
+def test_a_config_that_sets_head_dim_itself_is_not_fixed_by_one_edit(tmp_path: Path) -> None:
+    """Qwen3-style: ``head_dim`` is a key of its own. 20 heads at --tp 8 become 24 of a
+    narrower head_dim; editing the head count alone would build another model than the
+    one priced, so --fix leaves it and says what to change."""
+    pytest.importorskip("transformers")
+    from shapelint.fix.plan import plan
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 2560, "intermediate_size": 6912,
+        "num_attention_heads": 20, "num_key_value_heads": 20, "head_dim": 128, "num_hidden_layers": 2,
+        "vocab_size": 32000, "max_position_embeddings": 4096}))
+    result = lint_target(path, Options(batch=16, seq=1024, tp=8), None, list(RULES.values()))
+    (f,) = [f for f in result.findings if f.code == "SL602"]
+    assert f.not_fixed is not None and "head_dim: 128" in f.not_fixed
+    assert f"head_dim to {f.fact('to_head_dim')}" in f.not_fixed
+    (p,) = [p for p in plan([result], unsafe=True) if p.finding.code == "SL602"]
+    assert not p.fixable and p.reason == f.not_fixed

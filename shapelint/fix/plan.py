@@ -173,6 +173,8 @@ def plan_one(r: Result, f: Finding, unsafe: bool, files: PlanFiles) -> Planned:
     s = f.suggestion
     if s is None:
         return Planned(f, r.target, reason="the finding suggests no value")
+    if f.not_fixed:  # what locating the finding found that one edit cannot fix
+        return Planned(f, r.target, reason=f.not_fixed)
     if s.parameter in NOT_CONFIG_KEYS or not isinstance(s.from_, int) or not isinstance(s.to, int):
         return Planned(f, r.target, reason=f"{s.parameter} is how the model runs, not a size in a file")
     names = (s.parameter, f.code_parameter or s.parameter)

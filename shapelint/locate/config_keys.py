@@ -295,9 +295,26 @@ def locate_all(findings: Sequence[Finding], config_keys: dict[str, tuple[int, in
         anchor = anchor_line(Path(config_file).read_text(encoding="utf-8", errors="replace"))
     except OSError:
         anchor = 1
-    located = [locate_in_config(f, config_keys, config_file, tp=tp, anchor=anchor) for f in findings]
+    located = [_head_dim_set(locate_in_config(f, config_keys, config_file, tp=tp, anchor=anchor), config_keys)
+               for f in findings]
     why = pretrained.marks(config_file)
     return located if why is None else [with_pretrained(f, why) for f in located]
+
+
+#: keys that set an attention's head dimension outright (not ``hidden_size / heads``)
+HEAD_DIM_KEYS = frozenset({"head_dim", "d_kv", "kv_channels", "head_size", "attention_head_size"})
+
+
+def _head_dim_set(f: Finding, config_keys: dict[str, tuple[int, int]]) -> Finding:
+    """An SL602 finding on a config that sets the head dimension in a key of its own:
+    the suggested head count changes it too (hidden size kept), and ``--fix`` edits one
+    value, so it leaves the finding and says what to change by hand."""
+    d, to_d, to_heads = (f.fact(k) for k in ("head_dim", "to_head_dim", "to_heads"))
+    keys = [k for k, (value, _) in config_keys.items() if leaf(k) in HEAD_DIM_KEYS and value == d]
+    if f.code != "SL602" or not keys or d == to_d:
+        return f
+    return replace(f, not_fixed=f"the config sets the head dimension itself ({keys[0]}: {d}): change the heads to "
+                                f"{to_heads} and {leaf(keys[0])} to {to_d} together, by hand")
 
 
 def with_pretrained(f: Finding, why: str) -> Finding:
