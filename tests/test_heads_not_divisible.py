@@ -242,6 +242,6 @@ def test_a_config_that_sets_head_dim_itself_is_not_fixed_by_one_edit(tmp_path: P
     result = lint_target(path, Options(batch=16, seq=1024, tp=8), None, list(RULES.values()))
     (f,) = [f for f in result.findings if f.code == "SL602"]
     assert f.not_fixed is not None and "head_dim: 128" in f.not_fixed
-    assert f"head_dim to {f.fact('to_head_dim')}" in f.not_fixed
+    assert f"heads to {f.suggestion.to} and head_dim to {128 * 20 // f.suggestion.to}" in f.not_fixed
     (p,) = [p for p in plan([result], unsafe=True) if p.finding.code == "SL602"]
     assert not p.fixable and p.reason == f.not_fixed

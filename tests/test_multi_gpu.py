@@ -117,7 +117,7 @@ def test_estimates_land_within_15_percent_of_the_2xh100_measurements(tmp_path: P
         import multi_gpu_estimate
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
-    rows = multi_gpu_estimate.compare(json.loads(MEASURED.read_text())["steps"], "h100")
+    rows = multi_gpu_estimate.compare(json.loads(MEASURED.read_text())["steps"], "h100", multi_gpu_estimate.PAIRS)
     assert len(rows) == 8
     errors = {(r["model"], r["layout"]): round(r["ms_error"], 3) for r in rows}
     assert all(abs(e) < 0.15 for e in errors.values()), errors

@@ -307,14 +307,15 @@ HEAD_DIM_KEYS = frozenset({"head_dim", "d_kv", "kv_channels", "head_size", "atte
 
 def _head_dim_set(f: Finding, config_keys: dict[str, tuple[int, int]]) -> Finding:
     """An SL602 finding on a config that sets the head dimension in a key of its own:
-    the suggested head count changes it too (hidden size kept), and ``--fix`` edits one
-    value, so it leaves the finding and says what to change by hand."""
-    d, to_d, to_heads = (f.fact(k) for k in ("head_dim", "to_head_dim", "to_heads"))
-    keys = [k for k, (value, _) in config_keys.items() if leaf(k) in HEAD_DIM_KEYS and value == d]
-    if f.code != "SL602" or not keys or d == to_d:
+    the suggested head count changes it too (the hidden size kept: ``d × heads`` stays),
+    and ``--fix`` edits one value, so it leaves the finding and says what to change."""
+    s = f.suggestion
+    keys = [k for k in config_keys if leaf(k) in HEAD_DIM_KEYS]
+    if f.code != "SL602" or not keys or s is None or not isinstance(s.from_, int) or not isinstance(s.to, int):
         return f
+    d = config_keys[keys[0]][0]
     return replace(f, not_fixed=f"the config sets the head dimension itself ({keys[0]}: {d}): change the heads to "
-                                f"{to_heads} and {leaf(keys[0])} to {to_d} together, by hand")
+                                f"{s.to} and {leaf(keys[0])} to {d * s.from_ // s.to} together, by hand")
 
 
 def with_pretrained(f: Finding, why: str) -> Finding:
