@@ -13,6 +13,11 @@ process group, and the model wrapped as the layout runs it.
   row-parallel sibling (the LM head) gathers its output back
   (``output_layouts=Replicate()``), so that the model's own loss reads them whole.
 
+The *after* step of a finding that changes the layout (``ParallelChange``,
+:mod:`shapelint.measure.parallel_change`) runs it changed: SL603's ``k`` consecutive
+blocks to one ``fully_shard`` group (a list of modules), SL602's attention projections
+sharded beside the lint's layers (colwise q/k/v, rowwise output).
+
 One engine at a time: a layout of two (``--fsdp 4 --tp 2``) is refused.
 """
 
@@ -25,7 +30,7 @@ import torch
 
 from shapelint.capture.replay.layers import stacks
 from shapelint.errors import ShapelintError
-from shapelint.model.parallel import ParallelPlan
+from shapelint.model.parallel import ParallelChange, ParallelPlan
 
 Wrap = Callable[[torch.nn.Module], torch.nn.Module]
 
@@ -45,8 +50,9 @@ def init_process_group() -> str:
     return device
 
 
-def layout_wrap(plan: ParallelPlan, device: str) -> Wrap:
-    """What wraps each variant's model (see the module docstring)."""
+def layout_wrap(plan: ParallelPlan, device: str, change: ParallelChange | None = None) -> Wrap:
+    """What wraps a variant's model (see the module docstring): the layout as the lint
+    planned it, with ``change`` (the after-step's findings) made."""
     lay = plan.layout
     engines = [n for n in (lay.dp, lay.fsdp, lay.tp) if n > 1]
     if len(engines) > 1:
@@ -55,8 +61,11 @@ def layout_wrap(plan: ParallelPlan, device: str) -> Wrap:
     if lay.dp > 1:
         return lambda model: _ddp(model, device)
     if lay.fsdp > 1:
-        return lambda model: _fsdp(model, kind, lay.fsdp)
-    return lambda model: _tensor_parallel(model, kind, lay.tp, dict(plan.tp_styles))
+        k = change.fsdp_blocks_per_group if change is not None else 1
+        return lambda model: _fsdp(model, kind, lay.fsdp, max(1, k))
+    styles = {**dict(plan.tp_styles), **dict(change.tp_styles if change is not None else ())}
+    must = dict(change.tp_styles) if change is not None else {}
+    return lambda model: _tensor_parallel(model, kind, lay.tp, styles, must)
 
 
 def _ddp(model: torch.nn.Module, device: str) -> torch.nn.Module:
@@ -66,26 +75,36 @@ def _ddp(model: torch.nn.Module, device: str) -> torch.nn.Module:
     return DistributedDataParallel(model, device_ids=ids)
 
 
-def _fsdp(model: torch.nn.Module, kind: str, n: int) -> torch.nn.Module:
+def _fsdp(model: torch.nn.Module, kind: str, n: int, per_group: int = 1) -> torch.nn.Module:
+    """``fully_shard`` on every ``per_group`` consecutive blocks (one module, or a list of
+    them: one group), then on the root."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(kind, (n,))
     found = stacks(model)
-    blocks = max(found, key=lambda s: len(s[1]))[1] if found else []
-    for _, block in blocks:
-        fully_shard(block, mesh=mesh)
+    blocks = [block for _, block in (max(found, key=lambda s: len(s[1]))[1] if found else [])]
+    for i in range(0, len(blocks), per_group):
+        part = blocks[i:i + per_group]
+        fully_shard(part[0] if len(part) == 1 else part, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
 
 
-def _tensor_parallel(model: torch.nn.Module, kind: str, n: int, styles: dict[str, str]) -> torch.nn.Module:
+def _tensor_parallel(model: torch.nn.Module, kind: str, n: int, styles: dict[str, str],
+                     must: dict[str, str] | None = None) -> torch.nn.Module:
+    """DTensor styles on ``styles``' linear layers; a layer of ``must`` (a finding's change)
+    that is not an ``nn.Linear`` fails the variant rather than measure it whole."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
 
     mesh = init_device_mesh(kind, (n,))
     linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    missing = [name for name in must or {} if name not in linears]
+    if missing:
+        raise ShapelintError(f"--verify --step --tp: {missing[0]} is not an nn.Linear layer, which DTensor's styles "
+                             "take: the change's attention cannot be sharded for the measurement")
     rows = {name.rpartition(".")[0] for name, style in styles.items() if style == "row"}
     plan: dict[str, ParallelStyle] = {}
     for name, style in styles.items():
