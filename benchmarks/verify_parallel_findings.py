@@ -85,7 +85,7 @@ def smoke(out: Path) -> list[dict[str, Any]]:
             ("SL603 tiny GPT-2, FSDP 2", out / "gpt2" / "config.json", {"fsdp": 2}, (1, 128), (1, 128)),
             ("SL602 tiny OPT, TP 2", out / "opt" / "config.json", {"tp": 2}, (64, 1024), (1, 16))]:
         opts = Options(policy=Policy(min_speedup=1.0, min_loss=0.0, min_step_share=0.0), batch=lint_size[0],
-                       seq=lint_size[1], **layout)
+                       seq=lint_size[1], fsdp=layout.get("fsdp", 1), tp=layout.get("tp", 1))
         r = pipeline.lint_target(target, opts, hardware.resolve("h100"), load_rules(()))
         r = replace(r, options=replace(opts, batch=run_size[0], seq=run_size[1]))
         v = verify_parallel(r, Schedule(2, 2, 1), device="cpu")
@@ -104,17 +104,21 @@ def table(rows: list[dict[str, Any]]) -> str:
         if v is None:
             lines.append(f"{row['name']:<48} not measured (see the log)")
             continue
+        name = row["name"]
         if v.get("measured_ms_after") is not None and len(v["findings"]) != 1:
-            lines.append(_line(row["name"], "all applied", v["est_ms"], v["est_ms_after"], v["est_speedup"],
+            lines.append(_line(name, "all applied", v["est_ms"], v["est_ms_after"], v["est_speedup"],
                                v["measured_ms"], v["measured_ms_after"], v["measured_speedup"], v["confirmed"]))
+            name = ""
         for f in v["findings"]:
             label = f"{f['code']} {_suggestion(f.get('suggestion'))}"
             if not f.get("measured"):
-                lines.append(f"{'':<48} {label:<44} not measured alone {f.get('error') or ''}")
+                lines.append(f"{name:<48} {label:<44} not measured alone {f.get('error') or ''}")
+                name = ""
                 continue
             est_after = v["est_ms"] - (f["est_step_ms_saved"] or 0.0)
-            lines.append(_line("", label, v["est_ms"], est_after, f["est_speedup"], f["measured_ms"],
+            lines.append(_line(name, label, v["est_ms"], est_after, f["est_speedup"], f["measured_ms"],
                                f["measured_ms_after"], f["measured_speedup"], f["confirmed"]))
+            name = ""
         lines += [f"{'':<48} not applied: {n['code']}: {n['reason']}" for n in v.get("not_applied", [])]
     return "\n".join(lines)
 
