@@ -1,7 +1,8 @@
 """One rank of tests/test_verify_parallel_findings.py, under torchrun on gloo: build the
 *before* and *after* models of ``--verify --step`` for a linted result (its findings all
 applied), wrap each as the worker does, and write what the wrapping made of them
-(``fully_shard`` groups, each attention projection's weight) as JSON on rank 0.
+(``fully_shard`` groups, each attention projection's weight, the DTensor collectives of
+one training step) as JSON on rank 0.
 
     torchrun --standalone --nproc_per_node 2 tests/_parallel_after_probe.py RESULT.json OUT.json
 """
@@ -36,6 +37,22 @@ def described(model: torch.nn.Module) -> dict[str, Any]:
     return {"fsdp_groups": sorted(groups.values()), "weights": weights, "heads": heads}
 
 
+def collectives(r: Any, built: Any, wrap: Any) -> tuple[dict[str, int], torch.nn.Module]:
+    """The DTensor collectives of one training step of ``built`` wrapped by ``wrap``
+    (forward and backward, by op), and the wrapped model."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from shapelint.measure.step_train import make_trainer
+
+    t = make_trainer("probe", built, built.inputs, device="cpu", precision="fp32", training=True,
+                     optimizer="none", compile=False, wrap=wrap)
+    mode = CommDebugMode()
+    with mode:
+        t.step()
+    counts = {str(op).rpartition(".")[2]: n for op, n in mode.get_comm_counts().items()}
+    return counts, t.built.model
+
+
 def main(result_json: str, out: str) -> None:
     from shapelint.measure import step_variants as sv
     from shapelint.measure.parallel_change import layout_change
@@ -47,12 +64,13 @@ def main(result_json: str, out: str) -> None:
     assert r.parallel is not None
     applied, _ = sv.plan(r)
     findings = [f for f, _ in applied]
-    before = layout_wrap(r.parallel, "cpu")(sv.build_original(r, "cpu").model)
+    comm_before, before = collectives(r, sv.build_original(r, "cpu"), layout_wrap(r.parallel, "cpu"))
     root = sv.scratch_root(Path(r.target))
     built = sv.build_copy(r, sv.write_copy(r, sv.merged_texts(r, findings), root), "cpu")
-    after = layout_wrap(r.parallel, "cpu", layout_change(findings))(built.model)
+    comm_after, after = collectives(r, built, layout_wrap(r.parallel, "cpu", layout_change(findings)))
     if dist.get_rank() == 0:
-        Path(out).write_text(json.dumps({"before": described(before), "after": described(after),
+        Path(out).write_text(json.dumps({"before": {**described(before), "collectives": comm_before},
+                                         "after": {**described(after), "collectives": comm_after},
                                          "applied": [f.code for f in findings]}))
     dist.barrier()
     dist.destroy_process_group()

@@ -158,6 +158,11 @@ def test_the_after_step_shards_the_attention_with_20_heads(heads_not_divisible, 
     assert after[o]["local"] == [1600, 800] and after[o]["placements"] == ["S(1)"]
     assert got["before"]["heads"]["model.decoder.layers.0.self_attn"] == 25
     assert got["after"]["heads"]["model.decoder.layers.0.self_attn"] == 20
+    # before: fc2's forward all-reduce, fc1's and the LM head's input gradients in the backward, the head's
+    # logits gathered; after: one more all-reduce each way for the block, as the estimate prices the change
+    # (the attention's input replicated once, Megatron's f: q, k and v apart would all-reduce 3 in the backward)
+    assert got["before"]["collectives"] == {"all_reduce": 3, "all_gather_into_tensor": 1}
+    assert got["after"]["collectives"] == {"all_reduce": 5, "all_gather_into_tensor": 1}
 
 
 @pytest.mark.slow

@@ -16,7 +16,9 @@ process group, and the model wrapped as the layout runs it.
 The *after* step of a finding that changes the layout (``ParallelChange``,
 :mod:`shapelint.measure.parallel_change`) runs it changed: SL603's ``k`` consecutive
 blocks to one ``fully_shard`` group (a list of modules), SL602's attention projections
-sharded beside the lint's layers (colwise q/k/v, rowwise output).
+sharded beside the lint's layers (colwise q/k/v, rowwise output), the attention's input
+replicated once as Megatron does (one backward all-reduce, not one per q/k/v: the count
+the estimate prices for the change).
 
 One engine at a time: a layout of two (``--fsdp 4 --tp 2``) is refused.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -93,30 +96,47 @@ def _fsdp(model: torch.nn.Module, kind: str, n: int, per_group: int = 1) -> torc
 
 def _tensor_parallel(model: torch.nn.Module, kind: str, n: int, styles: dict[str, str],
                      must: dict[str, str] | None = None) -> torch.nn.Module:
-    """DTensor styles on ``styles``' linear layers; a layer of ``must`` (a finding's change)
-    that is not an ``nn.Linear`` fails the variant rather than measure it whole."""
+    """DTensor styles on ``styles``' linear layers. The layers of ``must`` (a finding's
+    change: an attention sharded) must be ``nn.Linear`` (else the variant fails rather
+    than measure it whole), and the module holding their column layers takes its input
+    replicated once (:mod:`shapelint.measure.replicate_input`)."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import parallelize_module
 
     mesh = init_device_mesh(kind, (n,))
-    linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    linears = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     missing = [name for name in must or {} if name not in linears]
     if missing:
         raise ShapelintError(f"--verify --step --tp: {missing[0]} is not an nn.Linear layer, which DTensor's styles "
                              "take: the change's attention cannot be sharded for the measurement")
-    rows = {name.rpartition(".")[0] for name, style in styles.items() if style == "row"}
-    plan: dict[str, ParallelStyle] = {}
-    for name, style in styles.items():
-        if name not in linears:
-            continue
-        head = style == "column" and name.rpartition(".")[0] not in rows
-        plan[name] = (ColwiseParallel(output_layouts=Replicate()) if head else ColwiseParallel()) \
-            if style == "column" else RowwiseParallel()
+    plan = _dtensor_plan({name: style for name, style in styles.items() if name in linears})
     if not plan:
         raise ShapelintError("--verify --step --tp: no nn.Linear layer to shard (DTensor's styles take nn.Linear only)")
+    if must:
+        from shapelint.measure.replicate_input import ReplicateInput
+
+        for attention in {name.rpartition(".")[0] for name, style in must.items() if style == "column"}:
+            plan[attention] = ReplicateInput()
     parallelize_module(model, mesh, plan)
     return model
+
+
+def _dtensor_plan(styles: dict[str, str]) -> dict[str, Any]:
+    """``ColwiseParallel`` / ``RowwiseParallel`` per layer; a column layer without a row
+    sibling (the LM head) gathers its output."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    rows = {name.rpartition(".")[0] for name, style in styles.items() if style == "row"}
+    plan: dict[str, Any] = {}
+    for name, style in styles.items():
+        if style == "row":
+            plan[name] = RowwiseParallel()
+        elif name.rpartition(".")[0] in rows:
+            plan[name] = ColwiseParallel()
+        else:
+            plan[name] = ColwiseParallel(output_layouts=Replicate())
+    return plan
 
 
 __all__ = ["Wrap", "init_process_group", "layout_wrap"]
