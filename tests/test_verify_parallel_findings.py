@@ -180,3 +180,24 @@ def test_verify_step_measures_the_finding_on_its_changed_layout(case: str, reque
     assert f["code"] == r.findings[0].code and f["measured"] is True
     assert f["measured_speedup"] == pytest.approx(f["measured_ms"] / f["measured_ms_after"], rel=1e-3)
     assert f["est_step_ms_saved"] == pytest.approx(r.findings[0].step_ms_saved, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_each_finding_of_a_parallel_layout_is_measured_alone(tmp_path: Path) -> None:
+    """GPT-2 small's case at FSDP 2: SL603 and SL501 (its vocabulary, 50257) both apply; the
+    after-step has both, and each is measured alone on the same ranks, SL603's variant
+    grouped, SL501's padded and wrapped as the lint found it."""
+    import transformers
+
+    from shapelint.measure.parallel_step import verify_parallel
+    from shapelint.measure.step_blocks import Schedule
+
+    transformers.GPT2Config(n_layer=4, n_embd=128, n_head=4, vocab_size=50257, n_positions=256, bos_token_id=0,
+                            eos_token_id=0).save_pretrained(tmp_path)
+    r = _lint(tmp_path / "config.json", fsdp=2, batch=1, seq=128)
+    assert sorted((f.code, str(f.suggestion)) for f in r.findings) == [
+        ("SL501", "vocab_size: 50257 → 50264"), ("SL603", "blocks per fully_shard group: 1 → 4")]
+    data = verify_parallel(r, Schedule(2, 2, 1), device="cpu").to_json()
+    assert data["per_finding"] == "measured"
+    assert sorted(f["code"] for f in data["findings"] if f["measured"]) == ["SL501", "SL603"]
+    assert data["est_ms_after"] < min(data["est_ms"] - f["est_step_ms_saved"] for f in data["findings"]) + 1e-3
