@@ -201,3 +201,21 @@ def test_each_finding_of_a_parallel_layout_is_measured_alone(tmp_path: Path) -> 
     assert data["per_finding"] == "measured"
     assert sorted(f["code"] for f in data["findings"] if f["measured"]) == ["SL501", "SL603"]
     assert data["est_ms_after"] < min(data["est_ms"] - f["est_step_ms_saved"] for f in data["findings"]) + 1e-3
+
+
+@pytest.mark.slow
+def test_fsdp_wraps_the_blocks_the_estimate_priced_in_every_stack(tmp_path: Path) -> None:
+    """T5's encoder and decoder blocks are each a group of the lint's plan; the measured
+    layout wrapped only the longest stack (the decoder's went into the root group). Before:
+    one group per block of both stacks; after SL603's 7 blocks a group: one group of all 7,
+    counted across the stacks as the pricer merges them."""
+    import transformers
+
+    transformers.T5Config(num_layers=4, num_decoder_layers=3, d_model=64, d_ff=128, num_heads=4, d_kv=16,
+                          vocab_size=8192).save_pretrained(tmp_path)
+    r = _lint(tmp_path / "config.json", fsdp=2, batch=1, seq=64)
+    assert [(f.code, f.suggestion and f.suggestion.to) for f in r.findings] == [("SL603", 7)]
+    got = _probe(r, tmp_path)
+    encoder, decoder = [f"encoder.block.{i}" for i in range(4)], [f"decoder.block.{i}" for i in range(3)]
+    assert got["before"]["fsdp_groups"] == sorted([[""], *([b] for b in encoder + decoder)])
+    assert got["after"]["fsdp_groups"] == [[""], encoder + decoder]

@@ -2,9 +2,9 @@
 process group, and the model wrapped as the layout runs it.
 
 - ``--dp N``: ``DistributedDataParallel`` with its defaults (25 MiB buckets);
-- ``--fsdp N``: FSDP2 ``fully_shard`` on every block of the outermost repeated layers,
-  then on the root, without a mixed-precision policy (fp32 collectives), the layout
-  the step model prices;
+- ``--fsdp N``: FSDP2 ``fully_shard`` on every block the lint grouped (each stack of
+  repeated layers: an encoder's and a decoder's), then on the root, without a
+  mixed-precision policy (fp32 collectives), the layout the step model prices;
 - ``--tp N``: ``parallelize_module`` with ``ColwiseParallel`` / ``RowwiseParallel``
   on the lint's column- and row-parallel linear layers (DTensor's default plan: one
   backward all-reduce per column-parallel layer, where Megatron's count the estimate
@@ -65,7 +65,8 @@ def layout_wrap(plan: ParallelPlan, device: str, change: ParallelChange | None =
         return lambda model: _ddp(model, device)
     if lay.fsdp > 1:
         k = change.fsdp_blocks_per_group if change is not None else 1
-        return lambda model: _fsdp(model, kind, lay.fsdp, max(1, k))
+        names = [g.name for g in plan.groups[1:]]
+        return lambda model: _fsdp(model, kind, lay.fsdp, names, max(1, k))
     styles = {**dict(plan.tp_styles), **dict(change.tp_styles if change is not None else ())}
     must = dict(change.tp_styles) if change is not None else {}
     return lambda model: _tensor_parallel(model, kind, lay.tp, styles, must)
@@ -78,20 +79,30 @@ def _ddp(model: torch.nn.Module, device: str) -> torch.nn.Module:
     return DistributedDataParallel(model, device_ids=ids)
 
 
-def _fsdp(model: torch.nn.Module, kind: str, n: int, per_group: int = 1) -> torch.nn.Module:
+def _fsdp(model: torch.nn.Module, kind: str, n: int, names: list[str], per_group: int = 1) -> torch.nn.Module:
     """``fully_shard`` on every ``per_group`` consecutive blocks (one module, or a list of
-    them: one group), then on the root."""
+    them: one group), then on the root. The blocks are the plan's groups, the ones the
+    estimate priced (every stack's: an encoder's and a decoder's), counted consecutively
+    across stacks as the pricer merges them (``shapelint.price.communication.grouped_blocks``);
+    a plan without them (or naming a module this model lacks) takes the longest stack."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(kind, (n,))
-    found = stacks(model)
-    blocks = [block for _, block in (max(found, key=lambda s: len(s[1]))[1] if found else [])]
+    blocks = _blocks(model, names)
     for i in range(0, len(blocks), per_group):
         part = blocks[i:i + per_group]
         fully_shard(part[0] if len(part) == 1 else part, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
+
+
+def _blocks(model: torch.nn.Module, names: list[str]) -> list[torch.nn.Module]:
+    modules = dict(model.named_modules())
+    if names and all(name in modules for name in names):
+        return [modules[name] for name in names]
+    found = stacks(model)
+    return [block for _, block in (max(found, key=lambda s: len(s[1]))[1] if found else [])]
 
 
 def _tensor_parallel(model: torch.nn.Module, kind: str, n: int, styles: dict[str, str],
