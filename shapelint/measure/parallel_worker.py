@@ -1,7 +1,10 @@
 """One rank of ``--verify --step`` under a parallel layout (launched by
 :func:`shapelint.measure.parallel_step.verify_parallel` through ``torchrun``): join the
 process group, run :func:`shapelint.measure.step.verify_result` with the layout's
-wrapper, and on rank 0 write the ``StepVerification`` as JSON."""
+wrapper (and, for a variant whose findings change the layout, the changed one: SL602's
+sharded attention, SL603's FSDP2 groups), and on rank 0 write the ``StepVerification``
+as JSON. Every rank runs the same variants in the same order, each finding's own
+variant too (two to four applied), so their collectives match."""
 
 from __future__ import annotations
 
@@ -9,12 +12,15 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-from shapelint.measure.parallel_wrap import init_process_group, layout_wrap
+from shapelint.measure.parallel_change import describe, layout_change
+from shapelint.measure.parallel_wrap import Wrap, init_process_group, layout_wrap
 from shapelint.measure.step import RunOptions, verify_result
 from shapelint.measure.step_blocks import Schedule
 from shapelint.model import serial
+from shapelint.model.records import Finding
 from shapelint.pipeline.result import result_from_data
 
 
@@ -35,10 +41,18 @@ def worker(argv: list[str] | None = None) -> int:
     device = init_process_group() if args.device == "cuda" else _gloo()
     rank = dist.get_rank()
     try:
+        plan = r.parallel
+        note = (lambda msg: print(f"shapelint: --verify --step: {msg}", file=sys.stderr)) if rank == 0 \
+            else (lambda _msg: None)
+
+        def wrap_for(findings: Sequence[Finding]) -> Wrap:
+            change = layout_change(findings)
+            if change is not None:
+                note(f"{r.target}: the layout after: {describe(change)}")
+            return layout_wrap(plan, device, change)
+
         opts = RunOptions(device=device, schedule=Schedule(args.rounds, args.steps, args.warmup),
-                          wrap=layout_wrap(r.parallel, device), per_finding=False,
-                          note=(lambda msg: print(f"shapelint: --verify --step: {msg}", file=sys.stderr))
-                          if rank == 0 else (lambda _msg: None))
+                          wrap=layout_wrap(plan, device), wrap_for=wrap_for, note=note)
         v = verify_result(r, opts)
         if rank == 0:
             Path(args.out).write_text(json.dumps(serial.encode(v)))

@@ -2,9 +2,9 @@
 process group, and the model wrapped as the layout runs it.
 
 - ``--dp N``: ``DistributedDataParallel`` with its defaults (25 MiB buckets);
-- ``--fsdp N``: FSDP2 ``fully_shard`` on every block of the outermost repeated layers,
-  then on the root, without a mixed-precision policy (fp32 collectives), the layout
-  the step model prices;
+- ``--fsdp N``: FSDP2 ``fully_shard`` on every block the lint grouped (each stack of
+  repeated layers: an encoder's and a decoder's), then on the root, without a
+  mixed-precision policy (fp32 collectives), the layout the step model prices;
 - ``--tp N``: ``parallelize_module`` with ``ColwiseParallel`` / ``RowwiseParallel``
   on the lint's column- and row-parallel linear layers (DTensor's default plan: one
   backward all-reduce per column-parallel layer, where Megatron's count the estimate
@@ -13,6 +13,13 @@ process group, and the model wrapped as the layout runs it.
   row-parallel sibling (the LM head) gathers its output back
   (``output_layouts=Replicate()``), so that the model's own loss reads them whole.
 
+The *after* step of a finding that changes the layout (``ParallelChange``,
+:mod:`shapelint.measure.parallel_change`) runs it changed: SL603's ``k`` consecutive
+blocks to one ``fully_shard`` group (a list of modules), SL602's attention projections
+sharded beside the lint's layers (colwise q/k/v, rowwise output), the attention's input
+replicated once as Megatron does (one backward all-reduce, not one per q/k/v: the count
+the estimate prices for the change).
+
 One engine at a time: a layout of two (``--fsdp 4 --tp 2``) is refused.
 """
 
@@ -20,12 +27,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from shapelint.capture.replay.layers import stacks
 from shapelint.errors import ShapelintError
-from shapelint.model.parallel import ParallelPlan
+from shapelint.model.parallel import ParallelChange, ParallelPlan
 
 Wrap = Callable[[torch.nn.Module], torch.nn.Module]
 
@@ -45,8 +53,9 @@ def init_process_group() -> str:
     return device
 
 
-def layout_wrap(plan: ParallelPlan, device: str) -> Wrap:
-    """What wraps each variant's model (see the module docstring)."""
+def layout_wrap(plan: ParallelPlan, device: str, change: ParallelChange | None = None) -> Wrap:
+    """What wraps a variant's model (see the module docstring): the layout as the lint
+    planned it, with ``change`` (the after-step's findings) made."""
     lay = plan.layout
     engines = [n for n in (lay.dp, lay.fsdp, lay.tp) if n > 1]
     if len(engines) > 1:
@@ -55,8 +64,12 @@ def layout_wrap(plan: ParallelPlan, device: str) -> Wrap:
     if lay.dp > 1:
         return lambda model: _ddp(model, device)
     if lay.fsdp > 1:
-        return lambda model: _fsdp(model, kind, lay.fsdp)
-    return lambda model: _tensor_parallel(model, kind, lay.tp, dict(plan.tp_styles))
+        k = change.fsdp_blocks_per_group if change is not None else 1
+        names = [g.name for g in plan.groups[1:]]
+        return lambda model: _fsdp(model, kind, lay.fsdp, names, max(1, k))
+    styles = {**dict(plan.tp_styles), **dict(change.tp_styles if change is not None else ())}
+    must = dict(change.tp_styles) if change is not None else {}
+    return lambda model: _tensor_parallel(model, kind, lay.tp, styles, must)
 
 
 def _ddp(model: torch.nn.Module, device: str) -> torch.nn.Module:
@@ -66,38 +79,75 @@ def _ddp(model: torch.nn.Module, device: str) -> torch.nn.Module:
     return DistributedDataParallel(model, device_ids=ids)
 
 
-def _fsdp(model: torch.nn.Module, kind: str, n: int) -> torch.nn.Module:
+def _fsdp(model: torch.nn.Module, kind: str, n: int, names: list[str], per_group: int = 1) -> torch.nn.Module:
+    """``fully_shard`` on every ``per_group`` consecutive blocks (one module, or a list of
+    them: one group), then on the root. The blocks are the plan's groups, the ones the
+    estimate priced (every stack's: an encoder's and a decoder's), counted consecutively
+    across stacks as the pricer merges them (``shapelint.price.communication.grouped_blocks``);
+    a plan without them (or naming a module this model lacks) takes the longest stack."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(kind, (n,))
-    found = stacks(model)
-    blocks = max(found, key=lambda s: len(s[1]))[1] if found else []
-    for _, block in blocks:
-        fully_shard(block, mesh=mesh)
+    blocks = _blocks(model, names)
+    for i in range(0, len(blocks), per_group):
+        part = blocks[i:i + per_group]
+        fully_shard(part[0] if len(part) == 1 else part, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
 
 
-def _tensor_parallel(model: torch.nn.Module, kind: str, n: int, styles: dict[str, str]) -> torch.nn.Module:
+def _blocks(model: torch.nn.Module, names: list[str]) -> list[torch.nn.Module]:
+    modules = dict(model.named_modules())
+    if names and all(name in modules for name in names):
+        return [modules[name] for name in names]
+    found = stacks(model)
+    return [block for _, block in (max(found, key=lambda s: len(s[1]))[1] if found else [])]
+
+
+def _tensor_parallel(model: torch.nn.Module, kind: str, n: int, styles: dict[str, str],
+                     must: dict[str, str] | None = None) -> torch.nn.Module:
+    """DTensor styles on ``styles``' linear layers. The layers of ``must`` (a finding's
+    change: an attention sharded) must be ``nn.Linear`` (else the variant fails rather
+    than measure it whole), and the module holding their column layers takes its input
+    replicated once (:mod:`shapelint.measure.replicate_input`)."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import parallelize_module
 
     mesh = init_device_mesh(kind, (n,))
-    linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    rows = {name.rpartition(".")[0] for name, style in styles.items() if style == "row"}
-    plan: dict[str, ParallelStyle] = {}
-    for name, style in styles.items():
-        if name not in linears:
-            continue
-        head = style == "column" and name.rpartition(".")[0] not in rows
-        plan[name] = (ColwiseParallel(output_layouts=Replicate()) if head else ColwiseParallel()) \
-            if style == "column" else RowwiseParallel()
+    linears = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    missing = [name for name in must or {} if name not in linears]
+    if missing:
+        raise ShapelintError(f"--verify --step --tp: {missing[0]} is not an nn.Linear layer, which DTensor's styles "
+                             "take: the change's attention cannot be sharded for the measurement")
+    plan = _dtensor_plan({name: style for name, style in styles.items() if name in linears})
     if not plan:
         raise ShapelintError("--verify --step --tp: no nn.Linear layer to shard (DTensor's styles take nn.Linear only)")
+    if must:
+        from shapelint.measure.replicate_input import ReplicateInput
+
+        for attention in {name.rpartition(".")[0] for name, style in must.items() if style == "column"}:
+            plan[attention] = ReplicateInput()
     parallelize_module(model, mesh, plan)
     return model
+
+
+def _dtensor_plan(styles: dict[str, str]) -> dict[str, Any]:
+    """``ColwiseParallel`` / ``RowwiseParallel`` per layer; a column layer without a row
+    sibling (the LM head) gathers its output."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    rows = {name.rpartition(".")[0] for name, style in styles.items() if style == "row"}
+    plan: dict[str, Any] = {}
+    for name, style in styles.items():
+        if style == "row":
+            plan[name] = RowwiseParallel()
+        elif name.rpartition(".")[0] in rows:
+            plan[name] = ColwiseParallel()
+        else:
+            plan[name] = ColwiseParallel(output_layouts=Replicate())
+    return plan
 
 
 __all__ = ["Wrap", "init_process_group", "layout_wrap"]

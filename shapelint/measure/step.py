@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from shapelint.errors import ShapelintError, one_line
-from shapelint.load.real import Built
+from shapelint.measure.parallel_change import layout_change
 from shapelint.measure.parallel_step import verify_parallel
 from shapelint.measure.step_blocks import Schedule, alternate
 from shapelint.measure.step_report import Measurements, Timed, step_verification
@@ -58,8 +58,9 @@ from shapelint.pipeline.result import Result
 #: costs a build, a compile under --compile, and its own comparison)
 PER_FINDING_MAX = 4
 
-#: builds one variant's trainer: (label, built, inputs)
-MakeTrainer = Callable[[str, Built, Any], Trainer]
+#: builds one variant's trainer: (label, built, inputs), and ``wrap=`` for a variant whose
+#: findings change the parallel layout
+MakeTrainer = Callable[..., Trainer]
 
 
 @dataclass
@@ -74,6 +75,9 @@ class RunOptions:
     seed: int = 0
     #: inside a torchrun worker: the parallel layout's wrapper (``shapelint.measure.parallel_wrap``)
     wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None
+    #: the wrapper of a variant with these findings applied, where they change the layout
+    #: (SL602's sharded attention, SL603's FSDP2 groups); None: ``wrap`` for every variant
+    wrap_for: Callable[[Sequence[Finding]], Callable[[torch.nn.Module], torch.nn.Module]] | None = None
     note: Callable[[str], None] = lambda _msg: None
 
 
@@ -163,12 +167,14 @@ def _measure_change(r: Result, label: str, findings: tuple[Finding, ...], before
         opts.note(f"{r.target}: building {label} ({', '.join(str(f.suggestion) for f in findings)})")
         torch.manual_seed(opts.seed)
         built = build_copy(r, path, opts.device)
-        if signature(built) == signature(before.built):
+        relaid = layout_change(findings) is not None and opts.wrap_for is not None
+        if signature(built) == signature(before.built) and not relaid:
             raise NotApplied("the edited copy builds the same parameter and input shapes: the edit did not "
                              "reach the model")
         sliced = slice_padded_logits(built, findings)
         same_inputs = signature(built)[1] == signature(before.built)[1]
-        t = make(label, built, before.inputs if same_inputs else built.inputs)
+        wrap = opts.wrap_for(findings) if relaid and opts.wrap_for is not None else opts.wrap
+        t = make(label, built, before.inputs if same_inputs else built.inputs, wrap=wrap)
         t.own_inputs, t.sliced = not same_inputs, sliced
         del built
         warm(t, opts.device, opts.schedule.warmup, compiled)

@@ -27,6 +27,7 @@ import torch
 from shapelint.capture.run import output_tensors
 from shapelint.errors import ShapelintError
 from shapelint.load.real import Built, build
+from shapelint.measure.parallel_change import unmeasured, with_head_keys, wraps_only
 from shapelint.model.records import Finding
 from shapelint.model.step_verification import FindingRef, UnappliedFinding
 from shapelint.pipeline.result import Result
@@ -43,18 +44,24 @@ class NotApplied(Exception):
 
 def plan(r: Result) -> tuple[list[tuple[Finding, dict[Path, str]]], list[UnappliedFinding]]:
     """The findings ``--fix --unsafe-fixes`` can apply, each with its edited texts, and
-    the others with the reason."""
+    the others with the reason. Under a parallel layout, a finding that changes only how
+    the layout wraps the model (SL603) applies with no edit
+    (:mod:`shapelint.measure.parallel_change`)."""
     from shapelint.fix import run as fix
 
-    applied, not_applied = [], []
+    applied: list[tuple[Finding, dict[Path, str]]] = []
+    not_applied: list[UnappliedFinding] = []
     for p in fix.plan([r], unsafe=True):
         f = p.finding
+        if wraps_only(r, f):  # the layout's wrapper makes the change: no file to edit
+            applied.append((f, {}))
+            continue
         if f.gain == "throughput":
             reason = "a throughput finding: the step does more work after it, so step times do not compare"
         elif not p.fixable:
             reason = p.reason
         else:
-            reason = ""
+            reason = unmeasured(r, f)
         if reason:
             not_applied.append(UnappliedFinding(FindingRef.of(f), reason))
             continue
@@ -63,12 +70,14 @@ def plan(r: Result) -> tuple[list[tuple[Finding, dict[Path, str]]], list[Unappli
 
 
 def merged_texts(r: Result, findings: Sequence[Finding]) -> dict[Path, str]:
-    """The texts with every given finding's edits (as ``--fix`` would write them)."""
+    """The texts with every given finding's edits (as ``--fix`` would write them; a head
+    count's ``head_dim`` with it, where the config states one)."""
     from shapelint.fix import run as fix
 
     keep = {id(f) for f in findings}
     planned = [p for p in fix.plan([r], unsafe=True) if id(p.finding) in keep and p.fixable]
-    return {Path(file).resolve(): new for file, (_, new) in fix.edited_texts(planned).items()}
+    texts = {Path(file).resolve(): new for file, (_, new) in fix.edited_texts(planned).items()}
+    return with_head_keys(findings, texts)
 
 
 def scratch_root(target: Path) -> Path:
