@@ -56,7 +56,8 @@ def run_cli(name: str, config: Path, options: list[str], out: Path) -> dict[str,
     print("$ " + " ".join(cmd[2:]), file=sys.stderr, flush=True)
     subprocess.run(cmd, check=False)
     data = json.loads(report.read_text())
-    summary: dict[str, Any] = data["targets"][0]["summary"] if data.get("targets") else data["summary"]
+    # one target: "summary" is its summary ("targets" lists the same for several)
+    summary: dict[str, Any] = data["summary"]
     return {"name": name, "command": " ".join(["shapelint", *cmd[3:]]), "summary": summary,
             "findings": [{"code": f["code"], "suggestion": f.get("suggestion"), "step_ms_saved": f.get("step_ms_saved")}
                          for f in data.get("findings", [])]}
