@@ -54,7 +54,10 @@ def run_cli(name: str, config: Path, options: list[str], out: Path) -> dict[str,
     cmd = [sys.executable, "-m", "shapelint", str(config), *options, "--verify", "--step", "--format", "json",
            "--no-cache", "-o", str(report)]
     print("$ " + " ".join(cmd[2:]), file=sys.stderr, flush=True)
-    subprocess.run(cmd, check=False)
+    report.unlink(missing_ok=True)  # never read an earlier run's report as this one's
+    rc = subprocess.run(cmd, check=False).returncode
+    if rc not in (0, 1) or not report.is_file():  # 1: findings reported; anything else failed
+        raise SystemExit(f"verify_parallel_findings: {name}: shapelint exited {rc} without a report")
     data = json.loads(report.read_text())
     # one target: "summary" is its summary ("targets" lists the same for several)
     summary: dict[str, Any] = data["summary"]

@@ -67,6 +67,27 @@ def test_layout_of_a_tensor() -> None:
     assert stream_layout("reduction", [cl, x]) == (4, False)  # a reduction's rate is its own
 
 
+def test_batch_norm_takes_its_channels_last_kernels_as_aten_decides() -> None:
+    """``batch_norm_use_channels_last_kernels``: channels-last, or contiguous with the
+    channels at unit stride ([N, C], [N, C, 1, 1]); NCHW with pixels is not."""
+    assert channels_last([torch.empty(8, 16, 4, 4).to(memory_format=torch.channels_last)], batch_norm=True)
+    assert channels_last([torch.empty(8, 16, 1, 1)], batch_norm=True)
+    assert channels_last([torch.empty(8, 16)], batch_norm=True)
+    assert channels_last([torch.empty(8, 1, 4, 4)], batch_norm=True)
+    assert not channels_last([torch.empty(8, 16, 4, 4)], batch_norm=True)
+    assert not channels_last([torch.empty(8, 16, 5)], batch_norm=True)  # BatchNorm1d over a sequence
+
+
+def test_an_eval_mode_batch_norm_is_one_pointwise_pass() -> None:
+    """In eval mode the running statistics normalise: no statistics kernel."""
+    model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32)).eval()
+    cap, _ = trace(lambda: (model, torch.randn(8, 16, 28, 28)), precision="bf16", training=False)
+    (bn,) = [op for op in cap.ops if "batch_norm" in op.name]
+    assert (bn.name, bn.kind) == ("_native_batch_norm_legit_no_training", "pointwise")
+    assert bn.name not in BATCH_NORM
+    assert op_ms(bn, H100) == pytest.approx(memory_kernel_ms(bn.bytes, H100.step.elementwise_efficiency, H100))
+
+
 def _conv(cin: int, cout: int, k: int, n: int, hw: int, groups: int = 1) -> ConvCall:
     extra = (("input", (n, cin, hw, hw)), ("weight", (cout, cin // groups, k, k)), ("groups", groups),
              ("transposed", False), ("stride", (1, 1)))
@@ -141,3 +162,16 @@ def test_mbconv_steps_within_15_percent_of_the_h100(model: str, measured: dict[s
                                  compile=mode == "compile", batch=256, seq=224)
         assert report.step_time is not None
         assert abs(report.step_time.ms / ms - 1) < 0.15, (model, mode, report.step_time.ms, ms)
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"depthwise_nhwc_half_mb": -212}, "must be positive"),
+    ({"depthwise_nchw_half_mb": 0}, "must be positive"),
+    ({"depthwise_nchw_efficiency": 0.1, "depthwise_nchw_min_efficiency": 0.2}, "is above"),
+])
+def test_a_profile_with_a_depthwise_rate_that_cannot_be_is_refused(doc: dict, message: str) -> None:
+    from shapelint.errors import ShapelintError
+    from shapelint.hardware.check import check_profile
+
+    with pytest.raises(ShapelintError, match=message):
+        check_profile(doc, "mine.yaml")

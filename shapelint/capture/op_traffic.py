@@ -38,10 +38,18 @@ def _layout(t: torch.Tensor) -> str:
     return "contiguous" if contiguous else "channels_last" if last else "strided"
 
 
-def channels_last(tensors: list[torch.Tensor]) -> bool:
+def channels_last(tensors: list[torch.Tensor], batch_norm: bool = False) -> bool:
     """Whether the first 4-D or 5-D tensor an op reads is laid out channels-last and not
-    also contiguous (a tensor of one pixel is both): the layout PyTorch picks a batch
-    norm's or a convolution's kernel by."""
+    also contiguous (a tensor of one pixel is both): the layout PyTorch picks a
+    convolution's kernel by. A batch norm (``batch_norm``) takes its channels-last
+    kernels by ``batch_norm_use_channels_last_kernels`` (aten's Normalization.cuh): a
+    channels-last tensor, or a contiguous one whose channels are its unit stride (2-D
+    [N, C], [N, C, 1, 1])."""
+    if batch_norm:
+        t = next((x for x in tensors if x.dim() >= 2), None)
+        fmt = _CHANNELS_LAST.get(t.dim()) if t is not None else None
+        return t is not None and ((fmt is not None and t.is_contiguous(memory_format=fmt))
+                                  or (t.is_contiguous() and t.stride(1) == 1))
     for t in tensors:
         fmt = _CHANNELS_LAST.get(t.dim())
         if fmt is not None:

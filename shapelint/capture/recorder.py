@@ -34,6 +34,7 @@ from shapelint.capture.precision import dtype_name, operand_dtype
 from shapelint.capture.rows import ROOT_INFO, ModuleInfo, OpRow, Owner, Position, ShapeRow
 from shapelint.capture.sources import module_params, user_frame_source
 from shapelint.model.records import Source
+from shapelint.physics.conv_kernels import BATCH_NORM
 from shapelint.physics.gemm_shapes import (
     GEMM_OPS,
     GemmShape,
@@ -277,6 +278,7 @@ class Recorder:
     # -- the op stream --------------------------------------------------------
     def _stream(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, gemms: int) -> None:
         """Add one op to the op stream (a GEMM or attention op as a marker of ``gemms`` records)."""
+        name = _inference_batch_norm(name, args)
         kclass = _stream_class(name, gemms)
         ins = tensors_of(args) + tensors_of(kwargs.values())
         outs = tensors_of(out if isinstance(out, (tuple, list)) else (out,))
@@ -290,7 +292,7 @@ class Recorder:
         owner = self._stack[-1].path if self._stack else ""
         numel, out_numel = iteration(kclass, ins, outs)
         self._ops.append(OpRow(name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided, numel,
-                               out_numel, channels_last(ins)))
+                               out_numel, channels_last(ins, name in BATCH_NORM)))
 
     def _traffic(self, name: str, kclass: str, out_arg: bool, ins: list[torch.Tensor], outs: list[torch.Tensor]
                  ) -> tuple[int, tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
@@ -373,6 +375,18 @@ def _grad_phase(s: GemmShape, param_operand: bool, owner: Owner | None) -> str:
     if param_operand or owner is None or not owner.param_operand:
         return "grad_input"
     return "grad_weight"
+
+
+#: the op a batch norm in eval mode is (running statistics: one pointwise pass)
+INFERENCE_BATCH_NORM = "_native_batch_norm_legit_no_training"
+
+
+def _inference_batch_norm(name: str, args: tuple[Any, ...]) -> str:
+    """``native_batch_norm`` called with ``training=False`` (an eval-mode BatchNorm on
+    the CPU trace) as the op CUDA runs for it: a pointwise normalisation with the
+    running statistics, not the statistics kernels of training."""
+    training = args[5] if len(args) > 5 else True
+    return INFERENCE_BATCH_NORM if name == "native_batch_norm" and training is False else name
 
 
 def _stream_class(name: str, gemms: int) -> Any:

@@ -39,6 +39,11 @@ def check_profile(doc: Mapping[str, Any], where: str) -> None:
     for key in TABLES:
         if doc.get(key) is not None:
             _table(doc[key], f"{where}: {key}")
+    for layout in ("nchw", "nhwc"):  # the depthwise rate's floor may not top its ceiling
+        top, low = doc.get(f"depthwise_{layout}_efficiency"), doc.get(f"depthwise_{layout}_min_efficiency")
+        if isinstance(top, (int, float)) and isinstance(low, (int, float)) and low > top:
+            raise ShapelintError(f"{where}: depthwise_{layout}_min_efficiency ({low:g}) is above "
+                                 f"depthwise_{layout}_efficiency ({top:g})")
 
 
 def number(value: Any, what: str) -> float:
@@ -175,7 +180,7 @@ def _table(value: Any, what: str) -> None:
             fraction(eff, f"{what}.{size}.{aligned}")
 
 
-_CHECKS: dict[str, Callable[[Any, str], None]] = {
+_CHECKS: dict[str, Callable[[Any, str], object]] = {
     "name": _text,
     "aliases": _texts,
     "arch": _text,
@@ -193,6 +198,9 @@ _CHECKS: dict[str, Callable[[Any, str], None]] = {
     "min_gemm_us": _min_gemm_us,
     "gemm_efficiency": _gemm_efficiency,
     "step": _step,
+    # the bytes (MB) at which a depthwise kernel reaches half its top rate
+    "depthwise_nchw_half_mb": positive,
+    "depthwise_nhwc_half_mb": positive,
 }
 
 

@@ -10,9 +10,11 @@ run the changed layout, or it measures the same step twice:
 - **SL602** (heads not divisible by TP) edits the head count in the config, as ``--fix``
   does, and the attention it leaves whole today is then sharded: colwise q/k/v,
   rowwise output projection. The parameters keep their shapes (the hidden size stays),
-  so the edited copy is told apart by its layout, not by its parameters. A config that
-  states ``head_dim`` (or key/value heads equal to the heads) is edited to match, as
-  the model must be built with the head the finding prices.
+  so the edited copy is told apart by its layout, not by its parameters. Key/value
+  heads equal to the heads are edited with them. (A config that states ``head_dim``
+  gets no SL602 fix — ``--fix`` leaves it for the user to change both — so its finding
+  is listed under ``not_applied``; the code that would edit ``head_dim`` too stays for
+  a plan that makes that edit.)
 
 Both come as the finding's :class:`shapelint.model.parallel.ParallelChange`.
 """

@@ -19,8 +19,10 @@ channels-last when the input or the weight is) and then the kernel
 A 1x1 stride-1 convolution on channels-last tensors is a row-major GEMM over N·H·W
 rows: with at least ``GEMM_1X1_MIN_ROWS`` of them it ran as cuBLASLt GEMMs at every
 pixel count (nvjet kernels, MBConv at batch 256 down to 14^2: 50176 rows, in the H100
-profile of ``benchmarks/step_profile.py``); with 12544 or fewer (1024->256 at 14^2 and
-2048->512 at 7^2, batch 64) as cuDNN's implicit GEMM, 1.56-1.60x faster than NCHW.
+profile of ``benchmarks/step_profile.py``); with 12544 or fewer rows over fewer than
+``GEMM_1X1_MIN_PIXELS`` pixels (1024->256 at 14^2 and 2048->512 at 7^2, batch 64) as
+cuDNN's implicit GEMM, 1.56-1.60x faster than NCHW. (A layer of at least that many pixels
+is priced as GEMMs in either layout, as NCHW measured.)
 
 Batch norm (``BATCH_NORM``): PyTorch's eager kernels differ by layout as well; NCHW
 runs ``batch_norm_collect_statistics_kernel`` / ``batch_norm_backward_kernel`` (one
@@ -38,7 +40,8 @@ from shapelint.physics.conv import ConvCall
 
 ConvKernel = Literal["depthwise", "gemm_1x1", "grouped", "implicit_gemm"]
 
-#: output pixels (H·W) from which a 1x1 stride-1 NCHW convolution runs as cuBLASLt GEMMs
+#: pixels (H·W, input = output at stride 1) from which a 1x1 stride-1 NCHW convolution
+#: runs as cuBLASLt GEMMs
 GEMM_1X1_MIN_PIXELS = 1024
 #: rows (N·H·W) from which a 1x1 stride-1 channels-last convolution runs as cuBLASLt
 #: GEMMs whatever its pixel count (50176 measured so, 12544 not; the midpoint)
@@ -53,7 +56,7 @@ _GEOMETRY = {"input", "weight", "groups", "transposed"}
 #: forward and backward; Inductor decomposes the ``_legit`` ones into fused reductions)
 BATCH_NORM: frozenset[str] = frozenset({
     "native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
-    "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training", "cudnn_batch_norm",
+    "_native_batch_norm_legit_functional", "cudnn_batch_norm",
     "cudnn_batch_norm_backward", "batch_norm_backward",
 })
 

@@ -51,7 +51,7 @@ REDUCTION: frozenset[str] = frozenset({
     "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "logsumexp",
     "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward",
     "native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
-    "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training",
+    "_native_batch_norm_legit_functional",
     "_fused_rms_norm", "_fused_rms_norm_backward", "nll_loss_forward",
     "nll_loss2d_forward", "embedding_dense_backward", "cumsum", "cumprod",
     "argmax", "argmin", "topk", "sort", "index_add", "scatter_add", "index_put", "_index_put_impl_",
