@@ -36,6 +36,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -124,6 +125,17 @@ def lint(config: Path, gpu: str, profile: str | None, batch: int, seq: int, layo
                                 load_rules(()))
 
 
+def steps_of(p: argparse.ArgumentParser, args: argparse.Namespace,
+             measure: Callable[[], list[dict] | None]) -> list[dict] | None:
+    """The measured steps: ``measure()`` under ``--measure`` (None on ranks other than
+    0, which have nothing to report), else the ``--from`` file's."""
+    if args.measure:
+        return measure()
+    if args.source:
+        return json.loads(Path(args.source).read_text())["steps"]
+    p.error("give --from FILE or --measure")
+
+
 def compare(measured: list[dict], gpu: str, pairs: list[tuple[str, str]], profile: str | None = None) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,14 +212,9 @@ def main() -> int:
     args, rest = p.parse_known_args()
     use_this_checkout()
     pairs = HELDOUT_PAIRS if args.heldout else PAIRS
-    if args.measure:
-        steps = measure(rest, pairs)
-        if steps is None:
-            return 0
-    elif args.source:
-        steps = json.loads(Path(args.source).read_text())["steps"]
-    else:
-        p.error("give --from FILE or --measure")
+    steps = steps_of(p, args, lambda: measure(rest, pairs))
+    if steps is None:
+        return 0
     import shapelint.rules
 
     import shapelint

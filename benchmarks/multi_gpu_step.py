@@ -633,8 +633,23 @@ def bench_dtensor_overhead(args, device, world: int, rank: int) -> dict:
 _DEV = torch.device("cpu")
 
 
-def main() -> int:
+def init_ranks(use_cuda: bool) -> tuple[torch.device, int, int]:
+    """This rank's process group (NCCL on its own GPU, else gloo on the CPU) and the
+    device the benchmark's tensors go to: (device, rank, world size)."""
     global _DEV
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    _DEV = device
+    return device, dist.get_rank(), dist.get_world_size()
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="gpt2,opt125m,llama1b")
     ap.add_argument("--modes", default=",".join(DEFAULT_MODES), help="any of " + ",".join(ALL_MODES))
@@ -655,16 +670,7 @@ def main() -> int:
     skip = set(filter(None, args.skip.split(",")))
 
     use_cuda = torch.cuda.is_available() and not (args.smoke and os.environ.get("BENCH_CPU") == "1")
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    if use_cuda:
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
-        dist.init_process_group("nccl", device_id=device)
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo")
-    _DEV = device
-    rank, world = dist.get_rank(), dist.get_world_size()
+    device, rank, world = init_ranks(use_cuda)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

@@ -105,16 +105,7 @@ def measure(args: argparse.Namespace) -> list[dict] | None:
     import torch.distributed as dist
 
     register()
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
-        dist.init_process_group("nccl", device_id=device)
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo")
-    bench._DEV = device
-    rank, world = dist.get_rank(), dist.get_world_size()
+    device, rank, world = bench.init_ranks(torch.cuda.is_available())
     steps: list[dict] = []
     for name, modes in PLAN:
         steps += bench.bench_model(name, ["none", *modes], args, device, world, rank)
@@ -170,17 +161,12 @@ def main() -> int:
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args()
     args.batch = args.seq = 0
-    from multi_gpu_estimate import use_this_checkout
+    from multi_gpu_estimate import steps_of, use_this_checkout
 
     use_this_checkout()
-    if args.measure:
-        steps = measure(args)
-        if steps is None:
-            return 0
-    elif args.source:
-        steps = json.loads(Path(args.source).read_text())["steps"]
-    else:
-        p.error("give --from FILE or --measure")
+    steps = steps_of(p, args, lambda: measure(args))
+    if steps is None:
+        return 0
     rows = estimate(steps, args.gpu) if not args.smoke else []
     print(f"{'model':8} {'layout':14} {'measured':>9} {'estimated':>9} {'error':>7}  findings")
     for r in rows:
