@@ -4,13 +4,13 @@ the CPU mean nothing; the GPU run is someone else's, on an H100)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _benchmarks import load_benchmark
 from torch import nn
 
 from shapelint.hardware import resolve
@@ -20,15 +20,10 @@ from shapelint.pipeline.run import trace
 #: whole models, subprocesses or dynamo: the full suite's tier (pytest -m 'not slow' skips them)
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def bench_module():
-    spec = importlib.util.spec_from_file_location("corpus_findings_gpu", ROOT / "benchmarks" / "corpus_findings_gpu.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("corpus_findings_gpu")
 
 
 def test_aligned_pads_every_misaligned_leading_dim_and_fixes_tells_who_covers() -> None:

@@ -4,14 +4,13 @@ is an independent count, and an SSM traced through shapelint's fused stand-ins
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from _benchmarks import load_benchmark
 
 MAMBA = {"model_type": "mamba", "architectures": ["MambaForCausalLM"], "hidden_size": 64, "state_size": 16,
          "num_hidden_layers": 2, "vocab_size": 256, "expand": 2, "conv_kernel": 4, "time_step_rank": 8}
@@ -21,11 +20,7 @@ GPT2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 64
 
 @pytest.fixture(scope="module")
 def tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("real_corpus_tool", ROOT / "benchmarks" / "real_corpus.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("real_corpus", "real_corpus_tool")
 
 
 def config(folder: Path, doc: dict[str, Any]) -> Path:

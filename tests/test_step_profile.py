@@ -4,24 +4,16 @@ batch-norm kernels), and the per-step sums it makes of a Chrome trace."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from _benchmarks import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def bench_module():
-    spec = importlib.util.spec_from_file_location("step_profile", ROOT / "benchmarks" / "step_profile.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-BENCH = bench_module()
+BENCH = load_benchmark("step_profile")
 
 #: (kernel name as torch.profiler gives it, class, detail)
 KERNELS = [

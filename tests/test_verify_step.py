@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _benchmarks import load_benchmark
 
 from shapelint.check.run import builtin_rules
 from shapelint.hardware import resolve
@@ -239,13 +240,7 @@ def test_a_saved_run_is_rescored_by_the_model_as_it_is_now(gpt2: Result, folders
                                                           scratch: Path, tmp_path: Path) -> None:
     """benchmarks/verify_step.py --rescore: a saved record's config linted again gives the
     same estimate, priced against what was measured then."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "verify_step_bench", Path(__file__).resolve().parent.parent / "benchmarks" / "verify_step.py")
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("verify_step", "verify_step_bench")
     verified = vs.verify_result(gpt2, vs.RunOptions(device="cpu", schedule=SMALL, timer=Scripted({"before": 10.0,
                                                                                           "after": 8.0})))
     v = verified.to_json()  # the report's JSON form, a public contract
