@@ -111,16 +111,16 @@ GOOD = [
 
 def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]:
     for atts in find_hand_written(gemms).values():
-        yield _proposal(atts, context.ops)
+        yield _proposal(atts, context)
 
 
-def _proposal(atts: list[HandWritten], ops: Sequence[Op]) -> Proposal:
+def _proposal(atts: list[HandWritten], context: RuleContext) -> Proposal:
     covered = tuple(g for att in atts for g in att.gemms)
     first = atts[0]
     training = any(att.backward for att in atts)
     score_bytes = sum(att.score_elems for att in atts) * first.pv.dtype_bytes
     # the ops the step runs over the scores as recorded (no op stream: the softmax's passes)
-    chain = tuple(op for att in atts for op in score_chain(att, ops))
+    chain = tuple(op for att in atts for op in score_chain(att, context.ops, context.gemm_markers))
     needs = chain_needs(chain)
     chain_bytes = chain_traffic_bytes(atts, chain)
     passes = GEMM_PASSES_FORWARD + GEMM_PASSES_BACKWARD * training + round(chain_bytes / score_bytes)

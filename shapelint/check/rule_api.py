@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import ModuleType
 from typing import Any, Protocol, get_args
 
@@ -40,6 +41,7 @@ from shapelint.model.records import (
     Suggestion,
 )
 from shapelint.physics.alignment import is_aligned
+from shapelint.physics.attention import gemm_markers
 from shapelint.physics.quantization import Cause, shape_waste, waste
 from shapelint.physics.reshape import resize, resized_dims
 from shapelint.physics.roofline import compute_bound
@@ -90,6 +92,12 @@ class RuleContext:
     #: FSDP2 degree, and the groups ``fully_shard`` gathers (the root first, then one per block)
     fsdp: int = 1
     fsdp_groups: tuple[ParamGroup, ...] = ()
+
+    @cached_property
+    def gemm_markers(self) -> dict[int, Op]:
+        """Each GEMM record's marker in :attr:`ops`, by the record's index (built once:
+        a rule walks the op stream per attention)."""
+        return gemm_markers(self.ops)
 
     def is_vocab_dim(self, value: int) -> bool:
         """``value`` is a vocabulary size, or one GPU's shard of one."""

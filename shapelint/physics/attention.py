@@ -354,7 +354,12 @@ class HandWritten:
 _CHAIN_KINDS = ("pointwise", "reduction", "copy")
 
 
-def score_chain(att: HandWritten, ops: Sequence[Op]) -> tuple[Op, ...]:
+def gemm_markers(ops: Sequence[Op]) -> dict[int, Op]:
+    """Each GEMM record's marker in the op stream, by the record's index."""
+    return {i: op for op in ops for i in op.gemms}
+
+
+def score_chain(att: HandWritten, ops: Sequence[Op], marker: dict[int, Op] | None = None) -> tuple[Op, ...]:
     """The memory-bound ops the step runs over ``att``'s score matrix, which a fused
     kernel keeps on chip: forward, every op from QKᵀ's output to PV's input (scaling,
     a mask or position bias added, casts to fp32 and back, the softmax, dropout);
@@ -362,8 +367,9 @@ def score_chain(att: HandWritten, ops: Sequence[Op]) -> tuple[Op, ...]:
     softmax backward, the casts and scaling). An op belongs to the chain when it reads a
     tensor of the chain and iterates over the whole score matrix; a reduction that
     leaves the chain (the sum of dS into a position bias's gradient, which a fused
-    kernel writes too) does not. Empty where the op stream does not hold the GEMMs."""
-    marker = {i: op for op in ops for i in op.gemms}
+    kernel writes too) does not. Empty where the op stream does not hold the GEMMs.
+    ``marker``: :func:`gemm_markers` of ``ops``, where the caller walks many attentions."""
+    marker = gemm_markers(ops) if marker is None else marker
     qk, pv = marker.get(att.qk.index), marker.get(att.pv.index)
     if qk is None or pv is None:
         return ()
