@@ -15,13 +15,14 @@ from typing import Any
 
 import torch
 
+from shapelint.capture.swap import swapped
+
 
 @contextlib.contextmanager
 def fused_dropout() -> Iterator[None]:
     """Run ``torch.nn.functional.dropout`` as the fused CUDA kernel for the duration
     (``nn.Dropout`` and library code look the function up on the module at call time;
-    the function is swapped, as ``shapelint.capture.sdpa`` swaps attention, because a
-    TorchFunctionMode would route every torch call of the step through Python)."""
+    the function is swapped: ``shapelint.capture.swap``)."""
     functional = torch.nn.functional
     original = functional.dropout
 
@@ -31,11 +32,8 @@ def fused_dropout() -> Iterator[None]:
             return original(input, p, training, inplace)
         return torch.ops.aten.native_dropout.default(input, p, True)[0]
 
-    functional.dropout = dropout  # type: ignore[assignment]
-    try:
+    with swapped(functional, "dropout", dropout):
         yield
-    finally:
-        functional.dropout = original
 
 
 __all__ = ["fused_dropout"]

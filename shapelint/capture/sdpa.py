@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 import torch
 
+from shapelint.capture.swap import swapped
 from shapelint.physics.attention import EFFICIENT_ALIGN_BYTES, AttentionCall, compiled_call, gpu_kernel
 from shapelint.physics.gemm_shapes import (
     FUSED_ATTENTION,
@@ -27,8 +28,7 @@ def fused_attention() -> Iterator[None]:
     (its math path for dropout, masks that need a gradient, meta tensors or q/k
     head dimensions unlike v's), tagged with the kernel PyTorch picks on the GPU
     (:func:`gpu_kernel`). Under autocast its inputs are cast first, as CUDA
-    autocast does. (The function is swapped for the duration: a TorchFunctionMode
-    would route every torch call of the step through Python.)"""
+    autocast does. (The function is swapped for the duration: ``shapelint.capture.swap``.)"""
     functional = torch.nn.functional
     original = functional.scaled_dot_product_attention
 
@@ -36,11 +36,8 @@ def fused_attention() -> Iterator[None]:
         fused = _fused_sdpa(*args, **kwargs)
         return fused if fused is not None else original(*args, **kwargs)
 
-    functional.scaled_dot_product_attention = sdpa  # type: ignore[assignment]
-    try:
+    with swapped(functional, "scaled_dot_product_attention", sdpa):
         yield
-    finally:
-        functional.scaled_dot_product_attention = original
 
 
 def _fused_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
+from shapelint.capture.swap import swapped
 from shapelint.errors import ShapelintError
 from shapelint.files import display_path
 
@@ -77,8 +78,6 @@ def check_not_compiled(model: torch.nn.Module) -> None:
 def refusing_compile() -> Iterator[None]:
     """While the ``with`` body runs the model: compiled functions raise (see
     :func:`explain`) rather than compile, and so does ``torch.compile``."""
-    original = torch.compile
-
     def refused(*_: Any, **__: Any) -> Any:
         raise ShapelintError(f"the model calls torch.compile while it runs, which {_UNCOMPILED}")
 
@@ -86,12 +85,8 @@ def refusing_compile() -> Iterator[None]:
     set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
     if "torch._dynamo" in sys.modules and set_stance is not None:  # else nothing was compiled yet
         stance = set_stance("fail_on_recompile")
-    torch.compile = refused  # type: ignore[assignment]
-    try:
-        with stance:
-            yield
-    finally:
-        torch.compile = original
+    with swapped(torch, "compile", refused), stance:
+        yield
 
 
 @contextlib.contextmanager
@@ -109,11 +104,8 @@ def every_layer_runs() -> Iterator[None]:
             return torch.tensor(1.0, dtype=kwargs.get("dtype"), device=kwargs.get("device"))
         return original(*size, **kwargs)
 
-    torch.rand = rand  # type: ignore[assignment]
-    try:
+    with swapped(torch, "rand", rand):
         yield
-    finally:
-        torch.rand = original
 
 
 def check_on_cpu(model: torch.nn.Module, inputs: Any, where: str) -> None:
