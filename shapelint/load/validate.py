@@ -15,6 +15,7 @@ from typing import Any
 
 from shapelint.errors import ShapelintError
 from shapelint.files import INT64_MAX, is_int, positive_int, show
+from shapelint.model.attention_keys import KV_HEAD_KEYS
 
 #: the keys of one input spec
 INPUT_KEYS = ("shape", "dtype", "high", "requires_grad")
@@ -132,9 +133,7 @@ def _input_shapes(inputs: Any, label: str) -> list[tuple[str, tuple[int, ...]]]:
 
 # -- Hugging Face configs ------------------------------------------------------------
 
-#: attributes that hold the key/value heads of grouped-query attention (Llama and most
-#: decoders, Falcon, Falcon's old name, ChatGLM); each must divide the query heads
-KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
+# the key/value heads of grouped-query attention (KV_HEAD_KEYS) must divide the query heads
 
 
 def hf_heads(config: Any, doc: Mapping[str, Any], where: str) -> None:
@@ -235,5 +234,5 @@ def _setting(config: Any, doc: Mapping[str, Any], prefix: str, attr: str, value:
     return f"{prefix}{mapped or attr} = {value} (the default)"
 
 
-__all__ = ["INT64_MAX", "KV_HEAD_KEYS", "LAYER_KEYS", "MAX_LAYERS", "built", "hf_depth", "hf_heads",
+__all__ = ["INT64_MAX", "LAYER_KEYS", "MAX_LAYERS", "built", "hf_depth", "hf_heads",
            "hf_heads_reason", "input_spec", "inputs", "kwargs", "positive_int", "settings", "show"]

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shapelint.locate import pretrained as pretrained
+from shapelint.model.attention_keys import HEAD_DIM_KEYS, KV_HEAD_KEYS
 from shapelint.model.locations import ConfigKey, ConfigLocation, Pretrained, Source
 from shapelint.model.parallel import FSDP_GROUP_PARAMETER
 from shapelint.model.records import Finding, Suggestion
@@ -57,9 +58,8 @@ RULE_KEYS: dict[str, tuple[str, ...]] = {
               "decoder_attention_heads"),
 }
 
-#: keys that count an attention's key/value heads: with multi-head attention they hold the
-#: heads' count too, and change with it (SL602)
-KV_HEAD_KEYS = frozenset({"num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"})
+# keys that count an attention's key/value heads (KV_HEAD_KEYS): with multi-head
+# attention they hold the heads' count too, and change with it (SL602)
 
 #: keys that declare one vocabulary: when several hold the size, they change together
 #: (Marian's published configs give ``vocab_size`` and ``decoder_vocab_size`` both 58101:
@@ -299,10 +299,6 @@ def locate_all(findings: Sequence[Finding], config_keys: dict[str, tuple[int, in
                for f in findings]
     why = pretrained.marks(config_file)
     return located if why is None else [with_pretrained(f, why) for f in located]
-
-
-#: keys that set an attention's head dimension outright (not ``hidden_size / heads``)
-HEAD_DIM_KEYS = frozenset({"head_dim", "d_kv", "kv_channels", "head_size", "attention_head_size"})
 
 
 def _head_dim_set(f: Finding, config_keys: dict[str, tuple[int, int]]) -> Finding:

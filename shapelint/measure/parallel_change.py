@@ -26,13 +26,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from shapelint.model.attention_keys import HEAD_DIM_KEYS, KV_HEAD_KEYS
 from shapelint.model.parallel import ParallelChange
 from shapelint.model.records import Finding
 from shapelint.pipeline.result import Result
-
-#: config keys that state the head dimension or the key/value heads beside the heads
-HEAD_DIM_KEYS = ("head_dim", "attention_head_dim", "kv_channels")
-KV_HEADS_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
 
 
 def layout_change(findings: Sequence[Finding]) -> ParallelChange | None:
@@ -96,7 +93,7 @@ def with_head_keys(findings: Sequence[Finding], texts: dict[Path, str]) -> dict[
             changed = False
             for section in _sections_with(data, loc.key, facts.get("to_heads")):
                 changed |= _set(section, HEAD_DIM_KEYS, facts.get("head_dim"), facts["to_head_dim"])
-                changed |= _set(section, KV_HEADS_KEYS, facts.get("kv_heads"), facts.get("to_kv_heads"))
+                changed |= _set(section, KV_HEAD_KEYS, facts.get("kv_heads"), facts.get("to_kv_heads"))
             if changed:
                 out[file] = json.dumps(data, indent=2) + "\n"
     return out
@@ -123,4 +120,4 @@ def _set(section: dict[str, Any], keys: Sequence[str], old: Any, new: Any) -> bo
     return changed
 
 
-__all__ = ["HEAD_DIM_KEYS", "KV_HEADS_KEYS", "describe", "layout_change", "unmeasured", "with_head_keys", "wraps_only"]
+__all__ = ["HEAD_DIM_KEYS", "KV_HEAD_KEYS", "describe", "layout_change", "unmeasured", "with_head_keys", "wraps_only"]
