@@ -85,6 +85,10 @@ MODELS = {
     "qwen2_0_5b": ("qwen2", 8, 1024),
     "pythia_410m": ("neox", 8, 1024),
     "bert_large": ("bert", 16, 512),
+    # the second held-out set (added 2026-11-26 after the first was used to refit)
+    "pythia_160m": ("neox", 8, 1024),
+    "tinyllama_1_1b": ("llama", 4, 1024),
+    "qwen3_0_6b": ("qwen2", 8, 1024),
 }
 SMOKE_SHAPE = (2, 32)
 HELDOUT_DIR = Path(__file__).resolve().parent / "heldout_models"
@@ -96,7 +100,7 @@ SMOKE_OVERRIDES = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_laye
 # --------------------------------------------------------------------------- models
 def make_config(name: str, smoke: bool):
     family = MODELS[name][0]
-    if family in ("qwen2", "neox", "bert"):
+    if (HELDOUT_DIR / name / "config.json").exists():
         from transformers import AutoConfig
         cfg = AutoConfig.from_pretrained(HELDOUT_DIR / name)
         if smoke:
