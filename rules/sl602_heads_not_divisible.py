@@ -44,7 +44,7 @@ from torch import nn
 from shapelint.capture.tensor_parallel import features_axis, shard_one
 from shapelint.check.rule_api import Example, RuleContext
 from shapelint.hardware import Hardware
-from shapelint.model.parallel import ParallelChange, WholeAttention
+from shapelint.model.parallel import HeadsChange, ParallelChange, WholeAttention
 from shapelint.model.records import Change, Gemm, Proposal, Severity, Suggestion
 from shapelint.physics.attention import head_axis
 from shapelint.physics.heads import sharded_heads
@@ -82,6 +82,7 @@ def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> It
 
 def _change(whole: WholeAttention, covered: tuple[Gemm, ...], option: tuple[int, int, int], tp: int) -> Change:
     heads, kv, d = option
+    proposed = HeadsChange(whole.heads, whole.kv_heads, whole.head_dim, heads, kv, d)
     styles = dict(whole.layers)
     old_kv, new_kv = whole.kv_heads * whole.head_dim, kv * d
     fused_old, fused_new = (whole.heads + 2 * whole.kv_heads) * whole.head_dim, (heads + 2 * kv) * d
@@ -113,9 +114,8 @@ def _change(whole: WholeAttention, covered: tuple[Gemm, ...], option: tuple[int,
         f"{tp} GPUs; Megatron-LM refuses this layout): {heads} heads of {d}{kv_note} keep the hidden size "
         f"{whole.heads * whole.head_dim} and shard {heads // tp} per GPU{replicated}, for one more all-reduce "
         "each way per block",
-        (("heads", whole.heads), ("kv_heads", whole.kv_heads), ("head_dim", whole.head_dim), ("to_heads", heads),
-         ("to_kv_heads", kv), ("to_head_dim", d), ("tp", tp)),
-        parallel=ParallelChange(whole.reduce_elems, whole.layers),
+        (*proposed.details(), ("tp", tp)),
+        parallel=ParallelChange(whole.reduce_elems, whole.layers, heads=proposed),
     )
 
 

@@ -78,6 +78,32 @@ def test_no_stage_reads_a_fact_another_stage_wrote() -> None:
     assert readers == []
 
 
+def _passed_on_whole(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """``node`` is (inside) the value of a ``facts=`` keyword: carried to the next record whole."""
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.keyword):
+            return node.arg == "facts"
+    return False
+
+
+def test_no_stage_but_the_report_reads_a_findings_facts_by_key() -> None:
+    """A rule's ``facts`` (and the ``details()`` built from them) are what the report
+    shows: a stage outside report/ may carry them on whole (the pricer copies a change's
+    facts onto its finding), never read one by its key to decide anything; what it needs
+    is a typed field (SL602's head counts: ``ParallelChange.heads``)."""
+    readers = []
+    for stage in (s for s in STAGES if s != "report"):
+        for path in sorted((ROOT / "shapelint" / stage).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and node.attr in ("facts", "details") \
+                        and not (node.attr == "facts" and _passed_on_whole(node, parents)):
+                    readers.append(f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}")
+    assert readers == []
+
+
 def test_reporters_render_what_the_pricer_computed() -> None:
     """The verbose GEMM table and the roofline plot read each GEMM's estimate from the
     result (``Result.gemm_times``): no reporter imports the pricer."""

@@ -14,7 +14,7 @@ from shapelint.capture.tensor_parallel import sharding
 from shapelint.check.rule_api import Example
 from shapelint.check.run import builtin_rules
 from shapelint.hardware import resolve
-from shapelint.model.parallel import Layout
+from shapelint.model.parallel import HeadsChange, Layout
 from shapelint.physics.heads import divides_heads, sharded_heads
 from shapelint.pipeline.examples import run_example, trace_example
 from shapelint.pipeline.result import Options
@@ -89,8 +89,13 @@ def test_sl602_proposes_16_heads_of_48_and_prices_the_shards() -> None:
     assert change.parallel.tp_reduce_elems == (("o_proj", 8192 * 768),)
     assert change.parallel.tp_styles == (("q_proj", "column"), ("k_proj", "column"), ("v_proj", "column"),
                                          ("o_proj", "row"))
+    assert change.parallel.heads == HeadsChange(12, 12, 64, 16, 16, 48)  # what --verify --step edits, typed
     (f,) = run_example(RULES["SL602"], ex)
     assert f.parallel == change.parallel and f.est_speedup > 2.0
+    # the report's details keep their keys and order, written from the typed change
+    assert [(k, v) for k, v in f.details().items() if k in dict(change.facts)] == [
+        ("heads", 12), ("kv_heads", 12), ("head_dim", 64), ("to_heads", 16), ("to_kv_heads", 16), ("to_head_dim", 48),
+        ("tp", 8)]
 
 
 def test_a_token_count_equal_to_the_kv_width_is_not_resized() -> None:
@@ -100,7 +105,8 @@ def test_a_token_count_equal_to_the_kv_width_is_not_resized() -> None:
     ex = Example("_rule.TinyAttention(3584, 28, 4)", "torch.randn(1, 512, 3584)", tp=8)
     cap, ctx = trace_example(RULES["SL602"], ex)
     (p,) = RULES["SL602"].check(cap.gemms, resolve("h100"), ctx)
-    heads, kv, d = (dict(p.change.facts)[k] for k in ("to_heads", "to_kv_heads", "to_head_dim"))
+    assert p.change.parallel is not None and p.change.parallel.heads is not None
+    heads, kv, d = p.change.parallel.heads.to_heads, p.change.parallel.heads.to_kv_heads, p.change.parallel.heads.to_head_dim
     assert dims(p.change.after, "q_proj") == (512, heads // 8 * d, 3584, 1)
     assert dims(p.change.after, "q_proj", phase="grad_weight") == (heads // 8 * d, 3584, 512, 1)
     k_width = d if kv < 8 else kv // 8 * d
@@ -158,7 +164,8 @@ def test_a_findings_parallel_change_survives_the_cache_json() -> None:
 
     f = Finding("SL602", "heads-not-divisible", "error", "h.0.attn", "m", (1, 2), 2.0, 1.0,
                 parallel=ParallelChange((("h.0.attn.c_proj", 123),), (("h.0.attn.c_attn", "column"),
-                                                                         ("h.0.attn.c_proj", "row"))))
+                                                                         ("h.0.attn.c_proj", "row")),
+                                        heads=HeadsChange(25, 25, 64, 20, 20, 80)))
     assert decode(Finding, json.loads(json.dumps(encode(f, Finding)))).parallel == f.parallel
 
 

@@ -15,21 +15,21 @@ import pytest
 
 from shapelint.measure.parallel_change import describe, layout_change, unmeasured, with_head_keys, wraps_only
 from shapelint.model.locations import ConfigLocation
-from shapelint.model.parallel import Layout, ParallelChange, ParallelPlan
+from shapelint.model.parallel import HeadsChange, Layout, ParallelChange, ParallelPlan
 from shapelint.model.records import Finding, Suggestion
 
 HERE = Path(__file__).resolve().parent
 ATTN = (("a.q_proj", "column"), ("a.k_proj", "column"), ("a.v_proj", "column"), ("a.o_proj", "row"))
 
 
-def _finding(code: str, parallel: ParallelChange, facts: tuple = (), key: str | None = None) -> Finding:
+def _finding(code: str, parallel: ParallelChange, key: str | None = None) -> Finding:
     return Finding(code, code.lower(), "warning", "a", "", (), 2.0, 1.0, Suggestion("num_attention_heads", 25, 20),
-                   facts=facts, parallel=parallel, location=ConfigLocation(key=key) if key else None)
+                   parallel=parallel, location=ConfigLocation(key=key) if key else None)
 
 
-def _heads_facts(heads: int, kv: int, d: int, to: int, to_kv: int, to_d: int, tp: int) -> tuple:
-    return (("heads", heads), ("kv_heads", kv), ("head_dim", d), ("to_heads", to), ("to_kv_heads", to_kv),
-            ("to_head_dim", to_d), ("tp", tp))
+def _heads(heads: int, kv: int, d: int, to: int, to_kv: int, to_d: int) -> ParallelChange:
+    """SL602's change as the rule states it (typed: no fact is read by its key)."""
+    return ParallelChange((), ATTN, heads=HeadsChange(heads, kv, d, to, to_kv, to_d))
 
 
 class _R:
@@ -60,9 +60,9 @@ def test_only_an_fsdp_grouping_applies_without_an_edit() -> None:
 
 def test_replicated_key_value_heads_are_not_measured() -> None:
     # 14 heads over 2 key/value heads at --tp 4 -> 16 over 2: each kv head on 2 GPUs, which colwise cannot shard
-    gqa = _finding("SL602", ParallelChange((), ATTN), _heads_facts(14, 2, 64, 16, 2, 56, 4))
+    gqa = _finding("SL602", _heads(14, 2, 64, 16, 2, 56))
     assert "2 key/value heads at --tp 4 are replicated" in unmeasured(_R(tp=4), gqa)  # type: ignore[arg-type]
-    mha = _finding("SL602", ParallelChange((), ATTN), _heads_facts(25, 25, 64, 20, 20, 80, 2))
+    mha = _finding("SL602", _heads(25, 25, 64, 20, 20, 80))
     assert unmeasured(_R(tp=2), mha) == ""  # type: ignore[arg-type]
 
 
@@ -71,12 +71,12 @@ def test_a_config_stating_head_dim_and_kv_heads_is_edited_with_the_head_count(tm
     config = tmp_path / "config.json"
     edited = {"hidden_size": 1600, "num_attention_heads": 20, "num_key_value_heads": 25, "head_dim": 64,
               "text_config": {"num_attention_heads": 20, "head_dim": 64}, "other": {"head_dim": 64}}
-    f = _finding("SL602", ParallelChange((), ATTN), _heads_facts(25, 25, 64, 20, 20, 80, 2), key="num_attention_heads")
+    f = _finding("SL602", _heads(25, 25, 64, 20, 20, 80), key="num_attention_heads")
     out = json.loads(with_head_keys([f], {config: json.dumps(edited)})[config])
     assert (out["num_attention_heads"], out["num_key_value_heads"], out["head_dim"]) == (20, 20, 80)
     assert out["text_config"]["head_dim"] == 80  # a sub-config setting the same heads
     assert out["other"] == {"head_dim": 64}  # a section without the heads is not touched
-    gqa = _finding("SL602", ParallelChange((), ATTN), _heads_facts(28, 4, 64, 32, 4, 56, 8), key="num_attention_heads")
+    gqa = _finding("SL602", _heads(28, 4, 64, 32, 4, 56), key="num_attention_heads")
     kept = json.loads(with_head_keys([gqa], {config: json.dumps({"num_attention_heads": 32,
                                                                    "num_key_value_heads": 4})})[config])
     assert kept == {"num_attention_heads": 32, "num_key_value_heads": 4}  # nothing states head_dim: as --fix left it

@@ -16,7 +16,9 @@ run the changed layout, or it measures the same step twice:
   is listed under ``not_applied``; the code that would edit ``head_dim`` too stays for
   a plan that makes that edit.)
 
-Both come as the finding's :class:`shapelint.model.parallel.ParallelChange`.
+Both come as the finding's :class:`shapelint.model.parallel.ParallelChange` (SL602's head
+count as its typed ``heads``): nothing here reads a finding's ``facts``, which are the
+report's.
 """
 
 from __future__ import annotations
@@ -65,11 +67,11 @@ def wraps_only(r: Result, f: Finding) -> bool:
 def unmeasured(r: Result, f: Finding) -> str:
     """Why the after-step cannot run ``f``'s sharded attention ('' where it can): key/value
     heads fewer than the degree are replicated, which DTensor's colwise style cannot do."""
-    facts = dict(f.facts)
     tp = r.parallel.layout.tp if r.parallel is not None else 1
-    kv = facts.get("to_kv_heads")
-    if f.parallel is None or not f.parallel.tp_styles or not isinstance(kv, int) or tp <= 1:
+    p = f.parallel
+    if p is None or not p.tp_styles or p.heads is None or tp <= 1:
         return ""
+    kv = p.heads.to_kv_heads
     if kv % tp:
         return (f"{kv} key/value heads at --tp {tp} are replicated, each on {tp // max(kv, 1)} GPUs; DTensor's "
                 "colwise style shards them, so the after-step is not built")
@@ -82,18 +84,18 @@ def with_head_keys(findings: Sequence[Finding], texts: dict[Path, str]) -> dict[
     to the suggested count (``--fix`` edits the head count only)."""
     out = dict(texts)
     for f in findings:
-        facts = dict(f.facts)
+        heads = f.parallel.heads if f.parallel is not None else None
         loc = f.location
-        if "to_head_dim" not in facts or loc is None or loc.key is None:
+        if heads is None or loc is None or loc.key is None:
             continue
         for file in texts:
             if file.suffix != ".json":
                 continue
             data = json.loads(out[file])
             changed = False
-            for section in _sections_with(data, loc.key, facts.get("to_heads")):
-                changed |= _set(section, HEAD_DIM_KEYS, facts.get("head_dim"), facts["to_head_dim"])
-                changed |= _set(section, KV_HEAD_KEYS, facts.get("kv_heads"), facts.get("to_kv_heads"))
+            for section in _sections_with(data, loc.key, heads.to_heads):
+                changed |= _set(section, HEAD_DIM_KEYS, heads.head_dim, heads.to_head_dim)
+                changed |= _set(section, KV_HEAD_KEYS, heads.kv_heads, heads.to_kv_heads)
             if changed:
                 out[file] = json.dumps(data, indent=2) + "\n"
     return out
@@ -111,10 +113,10 @@ def _sections_with(data: Any, key: str, value: Any) -> Iterator[dict[str, Any]]:
             yield from _sections_with(v, key, value)
 
 
-def _set(section: dict[str, Any], keys: Sequence[str], old: Any, new: Any) -> bool:
+def _set(section: dict[str, Any], keys: Sequence[str], old: int, new: int) -> bool:
     changed = False
     for k in keys:
-        if new is not None and old is not None and section.get(k) == old and old != new:
+        if section.get(k) == old and old != new:
             section[k] = new
             changed = True
     return changed

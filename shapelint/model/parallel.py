@@ -123,26 +123,50 @@ class WholeAttention:
 
 
 @dataclass(frozen=True)
+class HeadsChange:
+    """An attention's heads as they are and as a change proposes them, the hidden size
+    (heads × head dimension) kept: what ``--verify --step`` needs to build the edited
+    copy (the ``head_dim`` and key/value-head keys a config states, set with the head
+    count) and to tell whether tensor parallelism would replicate the key/value heads."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    to_heads: int
+    to_kv_heads: int
+    to_head_dim: int
+
+    def details(self) -> tuple[tuple[str, object], ...]:
+        """The JSON ``details`` keys the finding has always written, in their order."""
+        return (("heads", self.heads), ("kv_heads", self.kv_heads), ("head_dim", self.head_dim),
+                ("to_heads", self.to_heads), ("to_kv_heads", self.to_kv_heads), ("to_head_dim", self.to_head_dim))
+
+
+@dataclass(frozen=True)
 class ParallelChange:
     """What a finding changes in the parallel plan, for the pricer to apply
     (``shapelint.price.communication.applied``): linear layers it shards, with their
     styles, and the row-parallel all-reduces they add (elements of each output), or
-    FSDP2 blocks wrapped together into one ``fully_shard`` group (0: unchanged)."""
+    FSDP2 blocks wrapped together into one ``fully_shard`` group (0: unchanged); and the
+    head count that lets those layers shard, for ``--verify --step``'s edited copy."""
 
     tp_reduce_elems: tuple[tuple[str, int], ...] = ()
     #: (linear layer, "column" | "row") of each layer the change shards
     tp_styles: tuple[tuple[str, str], ...] = ()
     fsdp_blocks_per_group: int = 0
+    #: the attention's head count the change edits (SL602); None: no head count changes
+    heads: HeadsChange | None = None
 
     @property
     def tp_sharded(self) -> int:
         return len(self.tp_styles)
 
     def merged(self, other: ParallelChange) -> ParallelChange:
-        """Both changes (repeated layers' findings grouped into one)."""
+        """Both changes (repeated layers' findings grouped into one: the same head count)."""
         return ParallelChange(tuple(dict((*self.tp_reduce_elems, *other.tp_reduce_elems)).items()),
                               tuple(dict((*self.tp_styles, *other.tp_styles)).items()),
-                              max(self.fsdp_blocks_per_group, other.fsdp_blocks_per_group))
+                              max(self.fsdp_blocks_per_group, other.fsdp_blocks_per_group),
+                              self.heads if self.heads is not None else other.heads)
 
 
 @dataclass(frozen=True)
@@ -229,5 +253,5 @@ class Communication:
         return self.exposed_ms + self.copy_ms + self.contention_ms
 
 
-__all__ = ["FSDP_GROUP_PARAMETER", "Collective", "Communication", "Layout", "ParallelChange", "ParallelPlan", "ParamGroup",
-           "RankParams", "TensorParallelLayer", "VocabParallelHead", "WholeAttention"]
+__all__ = ["FSDP_GROUP_PARAMETER", "Collective", "Communication", "HeadsChange", "Layout", "ParallelChange",
+           "ParallelPlan", "ParamGroup", "RankParams", "TensorParallelLayer", "VocabParallelHead", "WholeAttention"]
