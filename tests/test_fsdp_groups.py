@@ -11,10 +11,10 @@ import pytest
 
 from shapelint.check.run import builtin_rules
 from shapelint.hardware import resolve
-from shapelint.model.parallel import Layout, ParallelChange, ParallelPlan, ParamGroup
+from shapelint.model.parallel import Layout, ParallelChange, ParallelPlan, ParamGroup, grouped_blocks
 from shapelint.pipeline.result import Options
 from shapelint.pipeline.run import lint_target
-from shapelint.price.communication import applied, blocks_per_group_options, communication, grouped_blocks
+from shapelint.price.communication import applied, blocks_per_group_options, communication
 from shapelint.price.step import StepTime
 
 MIB = 1 << 20
@@ -37,6 +37,42 @@ def test_grouped_blocks_merge_consecutive_blocks() -> None:
     merged = grouped_blocks(_plan(blocks=5).groups, 2)
     assert [(g.name, g.nbytes, g.tensors) for g in merged] == [
         ("<root>", 150 * MIB, 4), ("h.0..h.1", 54 * MIB, 24), ("h.2..h.3", 54 * MIB, 24), ("h.4", 27 * MIB, 12)]
+
+
+#: 4 blocks a group: runs of 4 in forward order, the remainder last
+GROUPS_OF_24 = [[f"h.{i}" for i in range(j, j + 4)] for j in range(0, 24, 4)]
+GROUPS_OF_25 = [*GROUPS_OF_24, ["h.24"]]
+
+
+@pytest.mark.parametrize(("blocks", "want"), [(24, GROUPS_OF_24), (25, GROUPS_OF_25)])
+def test_the_pricer_and_the_measured_wrapper_group_the_same_blocks(blocks: int, want: list[list[str]],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """One grouping (``model.parallel.fsdp_block_groups``): the step the pricer plans at 4
+    blocks a group and the ``fully_shard`` calls ``--verify --step`` makes for it."""
+    import torch
+    import torch.distributed.device_mesh
+    import torch.distributed.fsdp
+
+    from shapelint.measure.parallel_wrap import layout_wrap
+
+    plan = _plan(blocks=blocks)
+    priced = applied(plan, [ParallelChange(fsdp_blocks_per_group=4)]).groups
+    assert [g.name for g in priced] == ["<root>", *(f"{w[0]}..{w[-1]}" if len(w) > 1 else w[0] for w in want)]
+    assert [g.nbytes for g in priced[1:]] == [len(w) * 27 * MIB for w in want]
+
+    model = torch.nn.Module()
+    model.h = torch.nn.ModuleList(torch.nn.Linear(2, 2) for _ in range(blocks))
+    names = {id(m): name for name, m in model.named_modules()}
+    calls: list[list[str]] = []
+
+    def fully_shard(modules: object, mesh: object) -> object:
+        calls.append([names[id(m)] for m in (modules if isinstance(modules, list) else [modules])])
+        return modules
+
+    monkeypatch.setattr(torch.distributed.device_mesh, "init_device_mesh", lambda kind, shape: "mesh")
+    monkeypatch.setattr(torch.distributed.fsdp, "fully_shard", fully_shard)
+    layout_wrap(plan, "cpu", ParallelChange(fsdp_blocks_per_group=4))(model)
+    assert calls == [*want, [""]]  # each group, then the root
 
 
 def test_fewer_groups_cost_less_host_work_and_fewer_all_gathers() -> None:

@@ -33,7 +33,7 @@ import torch
 
 from shapelint.capture.replay.layers import stacks
 from shapelint.errors import ShapelintError
-from shapelint.model.parallel import ParallelChange, ParallelPlan
+from shapelint.model.parallel import ParallelChange, ParallelPlan, fsdp_block_groups
 
 Wrap = Callable[[torch.nn.Module], torch.nn.Module]
 
@@ -82,17 +82,15 @@ def _ddp(model: torch.nn.Module, device: str) -> torch.nn.Module:
 def _fsdp(model: torch.nn.Module, kind: str, n: int, names: list[str], per_group: int = 1) -> torch.nn.Module:
     """``fully_shard`` on every ``per_group`` consecutive blocks (one module, or a list of
     them: one group), then on the root. The blocks are the plan's groups, the ones the
-    estimate priced (every stack's: an encoder's and a decoder's), counted consecutively
-    across stacks as the pricer merges them (``shapelint.price.communication.grouped_blocks``);
-    a plan without them (or naming a module this model lacks) takes the longest stack."""
+    estimate priced (every stack's: an encoder's and a decoder's), grouped as the pricer
+    merges them (:func:`shapelint.model.parallel.fsdp_block_groups`); a plan without them
+    (or naming a module this model lacks) takes the longest stack."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(kind, (n,))
-    blocks = _blocks(model, names)
-    for i in range(0, len(blocks), per_group):
-        part = blocks[i:i + per_group]
-        fully_shard(part[0] if len(part) == 1 else part, mesh=mesh)
+    for part in fsdp_block_groups(_blocks(model, names), per_group):
+        fully_shard(part[0] if len(part) == 1 else list(part), mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
 

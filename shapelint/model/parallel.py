@@ -11,9 +11,13 @@ result cache stores it as JSON.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from shapelint.model.target_settings import GPUS_PER_NODE
+
+Block = TypeVar("Block")
 
 #: the suggestion's parameter of a change of FSDP2's grouping: how the training script
 #: calls ``fully_shard`` (a run setting, no config key)
@@ -77,6 +81,26 @@ class ParamGroup:
     #: tensor-parallel rank, before FSDP shards them
     nbytes: int
     tensors: int
+
+
+def fsdp_block_groups(blocks: Sequence[Block], per_group: int) -> tuple[tuple[Block, ...], ...]:
+    """The blocks each ``fully_shard`` call wraps at ``per_group`` blocks a group:
+    consecutive runs in forward order, counted across stacks (an encoder's blocks, then
+    a decoder's), the remainder (fewer blocks) last. The one grouping the pricer plans
+    (:func:`grouped_blocks`) and ``--verify --step`` wraps
+    (``shapelint.measure.parallel_wrap``); a count under 1 is one block a group."""
+    k = max(1, per_group)
+    return tuple(tuple(blocks[i:i + k]) for i in range(0, len(blocks), k))
+
+
+def grouped_blocks(groups: Sequence[ParamGroup], per_group: int) -> tuple[ParamGroup, ...]:
+    """FSDP2 groups with every ``per_group`` consecutive blocks wrapped as one (the root,
+    first, stays): their bytes and tensors summed, named ``first..last``."""
+    root, blocks = groups[0], groups[1:]
+    merged = (part[0] if len(part) == 1 else
+              ParamGroup(f"{part[0].name}..{part[-1].name}", sum(b.nbytes for b in part), sum(b.tensors for b in part))
+              for part in fsdp_block_groups(blocks, per_group))
+    return (root, *merged)
 
 
 @dataclass(frozen=True)
@@ -254,4 +278,5 @@ class Communication:
 
 
 __all__ = ["FSDP_GROUP_PARAMETER", "Collective", "Communication", "HeadsChange", "Layout", "ParallelChange",
-           "ParallelPlan", "ParamGroup", "RankParams", "TensorParallelLayer", "VocabParallelHead", "WholeAttention"]
+           "ParallelPlan", "ParamGroup", "RankParams", "TensorParallelLayer", "VocabParallelHead", "WholeAttention",
+           "fsdp_block_groups", "grouped_blocks"]

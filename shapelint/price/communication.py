@@ -50,8 +50,8 @@ from shapelint.model.parallel import (
     Communication,
     ParallelChange,
     ParallelPlan,
-    ParamGroup,
     TensorParallelLayer,
+    grouped_blocks,
 )
 from shapelint.price.kernels import memory_kernel_ms
 from shapelint.price.step import StepTime
@@ -165,17 +165,6 @@ def blocks_per_group_options(plan: ParallelPlan) -> list[int]:
             counts.add(groups)
             out.append(k)
     return out
-
-
-def grouped_blocks(groups: Sequence[ParamGroup], k: int) -> tuple[ParamGroup, ...]:
-    """FSDP2 groups with every ``k`` consecutive blocks wrapped as one (the root, first, stays)."""
-    root, blocks = groups[0], groups[1:]
-    out = [root]
-    for i in range(0, len(blocks), k):
-        part = blocks[i:i + k]
-        name = part[0].name if len(part) == 1 else f"{part[0].name}..{part[-1].name}"
-        out.append(ParamGroup(name, sum(b.nbytes for b in part), sum(b.tensors for b in part)))
-    return tuple(out)
 
 
 # -- the engines ---------------------------------------------------------------------------
@@ -333,4 +322,4 @@ def _vocab_parallel(plan: ParallelPlan, c: Collectives, training: bool) -> Commu
 
 
 __all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "applied", "blocks_per_group_options", "buckets", "collectives_of",
-           "communication", "grouped_blocks", "with_communication"]
+           "communication", "with_communication"]
