@@ -127,6 +127,65 @@ def heads_not_divisible(tmp_path_factory: pytest.TempPathFactory):  # type: igno
     return replace(r, options=replace(r.options, batch=1, seq=16))
 
 
+@pytest.fixture(scope="module")
+def grouped_and_padded(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """GPT-2 small's case at FSDP 2, 4 blocks of 128: SL603 (a layout change, no edit) and
+    SL501 (its vocabulary, 50257: a size edit) both apply."""
+    import transformers
+
+    folder = tmp_path_factory.mktemp("gpt2-vocab")
+    transformers.GPT2Config(n_layer=4, n_embd=128, n_head=4, vocab_size=50257, n_positions=256, bos_token_id=0,
+                            eos_token_id=0).save_pretrained(folder)
+    r = _lint(folder / "config.json", fsdp=2, batch=1, seq=128)
+    assert sorted((f.code, str(f.suggestion)) for f in r.findings) == [
+        ("SL501", "vocab_size: 50257 → 50264"), ("SL603", "blocks per fully_shard group: 1 → 4")]
+    return r
+
+
+class _Built(Exception):
+    """The variant passed the check that its edit reached the model: its trainer is being made."""
+
+
+def _after_variant(r, codes: set[str], root: Path, monkeypatch: pytest.MonkeyPatch, lose_edits: bool) -> str:  # type: ignore[no-untyped-def]
+    """What building the *after* variant of ``r``'s findings ``codes`` under a layout's
+    wrapper comes to: 'built', or the error; ``lose_edits``: the edits never reach the copy."""
+    from types import SimpleNamespace
+
+    from shapelint.errors import ShapelintError
+    from shapelint.measure import step
+    from shapelint.measure.step_variants import build_original
+
+    if lose_edits:
+        monkeypatch.setattr(step, "merged_texts", lambda _r, _findings: {})
+
+    def make(*_args: object, **_kw: object) -> None:
+        raise _Built
+
+    findings = tuple(f for f in r.findings if f.code in codes)
+    built = build_original(r, "cpu")
+    before = SimpleNamespace(built=built, inputs=built.inputs)
+    opts = step.RunOptions(device="cpu", wrap=lambda m: m, wrap_for=lambda _findings: lambda m: m)
+    try:
+        step._measure_change(r, "after", findings, before, root, opts, make, False, step.block_timer("cpu"))
+    except _Built:
+        return "built"
+    except ShapelintError as exc:
+        return str(exc)
+    raise AssertionError("the variant was neither built nor refused")
+
+
+def test_a_size_edit_beside_a_layout_change_must_reach_the_model(grouped_and_padded, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The edited copy of a layout change is told apart by its layout, not its shapes; the
+    size edit beside it (SL501's vocabulary) must still change the shapes, as on one GPU."""
+    r = grouped_and_padded
+    assert _after_variant(r, {"SL603", "SL501"}, tmp_path, monkeypatch, lose_edits=False) == "built"
+    assert _after_variant(r, {"SL603"}, tmp_path, monkeypatch, lose_edits=True) == "built"  # nothing to edit
+    lost = _after_variant(r, {"SL603", "SL501"}, tmp_path, monkeypatch, lose_edits=True)
+    assert lost.endswith("cannot apply the suggestions: the edited copy builds the same parameter and input "
+                         "shapes: the size edit did not reach the model")
+
+
 def _probe(r, tmp_path: Path) -> dict:  # type: ignore[no-untyped-def]
     from shapelint.pipeline.result import result_to_data
 
@@ -183,21 +242,14 @@ def test_verify_step_measures_the_finding_on_its_changed_layout(case: str, reque
 
 
 @pytest.mark.slow
-def test_each_finding_of_a_parallel_layout_is_measured_alone(tmp_path: Path) -> None:
+def test_each_finding_of_a_parallel_layout_is_measured_alone(grouped_and_padded) -> None:  # type: ignore[no-untyped-def]
     """GPT-2 small's case at FSDP 2: SL603 and SL501 (its vocabulary, 50257) both apply; the
     after-step has both, and each is measured alone on the same ranks, SL603's variant
     grouped, SL501's padded and wrapped as the lint found it."""
-    import transformers
-
     from shapelint.measure.parallel_step import verify_parallel
     from shapelint.measure.step_blocks import Schedule
 
-    transformers.GPT2Config(n_layer=4, n_embd=128, n_head=4, vocab_size=50257, n_positions=256, bos_token_id=0,
-                            eos_token_id=0).save_pretrained(tmp_path)
-    r = _lint(tmp_path / "config.json", fsdp=2, batch=1, seq=128)
-    assert sorted((f.code, str(f.suggestion)) for f in r.findings) == [
-        ("SL501", "vocab_size: 50257 → 50264"), ("SL603", "blocks per fully_shard group: 1 → 4")]
-    data = verify_parallel(r, Schedule(2, 2, 1), device="cpu").to_json()
+    data = verify_parallel(grouped_and_padded, Schedule(2, 2, 1), device="cpu").to_json()
     assert data["per_finding"] == "measured"
     assert sorted(f["code"] for f in data["findings"] if f["measured"]) == ["SL501", "SL603"]
     assert data["est_ms_after"] < min(data["est_ms"] - f["est_step_ms_saved"] for f in data["findings"]) + 1e-3

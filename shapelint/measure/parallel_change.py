@@ -43,6 +43,15 @@ def layout_change(findings: Sequence[Finding]) -> ParallelChange | None:
     return out
 
 
+def resizes(findings: Sequence[Finding]) -> bool:
+    """Whether an edit of ``findings`` must show in the copy's parameter or input shapes:
+    any finding that changes no layout (a size). A layout change alone may leave them
+    as they were (SL603 edits nothing; SL602's head count keeps the hidden size), so the
+    copy is told apart by its layout; beside a size change, the shapes must still move,
+    or the size edit did not reach the model."""
+    return any(layout_change([f]) is None for f in findings)
+
+
 def describe(change: ParallelChange) -> str:
     """The changed layout, for the progress line: ``4 blocks per fully_shard group``,
     ``4 more layers sharded``."""
@@ -122,4 +131,5 @@ def _set(section: dict[str, Any], keys: Sequence[str], old: int, new: int) -> bo
     return changed
 
 
-__all__ = ["HEAD_DIM_KEYS", "KV_HEAD_KEYS", "describe", "layout_change", "unmeasured", "with_head_keys", "wraps_only"]
+__all__ = ["HEAD_DIM_KEYS", "KV_HEAD_KEYS", "describe", "layout_change", "resizes", "unmeasured", "with_head_keys",
+           "wraps_only"]

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from shapelint.errors import ShapelintError, one_line
-from shapelint.measure.parallel_change import layout_change
+from shapelint.measure.parallel_change import layout_change, resizes
 from shapelint.measure.parallel_step import verify_parallel
 from shapelint.measure.step_blocks import Schedule, alternate
 from shapelint.measure.step_report import Measurements, Timed, step_verification
@@ -168,8 +168,8 @@ def _measure_change(r: Result, label: str, findings: tuple[Finding, ...], before
         torch.manual_seed(opts.seed)
         built = build_copy(r, path, opts.device)
         relaid = layout_change(findings) is not None and opts.wrap_for is not None
-        if signature(built) == signature(before.built) and not relaid:
-            raise NotApplied("the edited copy builds the same parameter and input shapes: the edit did not "
+        if signature(built) == signature(before.built) and (not relaid or resizes(findings)):
+            raise NotApplied("the edited copy builds the same parameter and input shapes: the size edit did not "
                              "reach the model")
         sliced = slice_padded_logits(built, findings)
         same_inputs = signature(built)[1] == signature(before.built)[1]
