@@ -66,7 +66,7 @@ def layout_wrap(plan: ParallelPlan, device: str, change: ParallelChange | None =
     if lay.fsdp > 1:
         k = change.fsdp_blocks_per_group if change is not None else 1
         names = [g.name for g in plan.groups[1:]]
-        return lambda model: _fsdp(model, kind, lay.fsdp, names, max(1, k))
+        return lambda model: _fsdp(model, kind, lay.fsdp, names, k)
     styles = {**dict(plan.tp_styles), **dict(change.tp_styles if change is not None else ())}
     must = dict(change.tp_styles) if change is not None else {}
     return lambda model: _tensor_parallel(model, kind, lay.tp, styles, must)
