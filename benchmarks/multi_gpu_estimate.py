@@ -97,9 +97,11 @@ def register_shard_model() -> None:
     bench.make_config = make_config
 
 
-def estimate(name: str, layout: str, gpu: str, folder: Path, profile: str | None = None) -> dict[str, float]:
+def estimate(name: str, layout: str, gpu: str, folder: Path, profile: str | None = None,
+             shape: tuple[int, int] | None = None) -> dict[str, float]:
     """shapelint's step for ``name`` under ``layout`` (ms, and the parts), on the
-    shipped profile ``gpu`` or on the profile file ``profile``."""
+    shipped profile ``gpu`` or on the profile file ``profile``, at ``shape`` (batch per
+    GPU, sequence; the model's default where None)."""
     import multi_gpu_step as bench
 
     register_shard_model()
@@ -107,6 +109,7 @@ def estimate(name: str, layout: str, gpu: str, folder: Path, profile: str | None
     if not (cfg_dir / "config.json").exists():
         bench.make_config(name, False).save_pretrained(cfg_dir)
     _, batch, seq = bench.MODELS[name]
+    batch, seq = shape or (batch, seq)
     r = lint(cfg_dir / "config.json", gpu, profile, batch, seq, LAYOUTS[layout])
     t = r.step_time
     assert t is not None
@@ -147,18 +150,20 @@ def steps_of(p: argparse.ArgumentParser, args: argparse.Namespace,
 def compare(measured: list[dict], gpu: str, pairs: list[tuple[str, str]], profile: str | None = None) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        base: dict[str, dict[str, float]] = {}
+        base: dict[tuple[str, tuple[int, int]], dict[str, float]] = {}
         for name, layout in pairs:
             m = next((s for s in measured if s["model"] == name and s["mode"] == layout and "error" not in s), None)
             if m is None:
                 continue
-            if name not in base:
-                base[name] = estimate(name, "none", gpu, Path(tmp), profile)
-            est = estimate(name, layout, gpu, Path(tmp), profile)
-            est_ratio = est["step_ms"] / base[name]["step_ms"]
+            shape = (int(m["batch_per_gpu"]), int(m["seq"]))  # as measured (--batch/--seq may differ from the default)
+            if (name, shape) not in base:
+                base[(name, shape)] = estimate(name, "none", gpu, Path(tmp), profile, shape)
+            est = estimate(name, layout, gpu, Path(tmp), profile, shape)
+            est_ratio = est["step_ms"] / base[(name, shape)]["step_ms"]
             low, high = est["step_ms_range"]
             error = est["step_ms"] / m["step_ms"] - 1
-            rows.append({"model": name, "layout": layout, "est_ms": est["step_ms"], "est_one_gpu_ms": base[name]["step_ms"],
+            rows.append({"model": name, "layout": layout, "batch_per_gpu": shape[0], "seq": shape[1],
+                         "est_ms": est["step_ms"], "est_one_gpu_ms": base[(name, shape)]["step_ms"],
                          "est_ratio": est_ratio, "measured_ms": m["step_ms"], "measured_one_gpu_ms": m["baseline_ms"],
                          "measured_ratio": m["ratio"], "ratio_error": est_ratio / m["ratio"] - 1,
                          "ms_error": error, "inside_range": low <= m["step_ms"] <= high,
