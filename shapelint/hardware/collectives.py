@@ -38,9 +38,9 @@ class HostCosts:
     work"; fitted by ``benchmarks/host_fit_parallel.py``)."""
 
     #: DDP, per trained tensor: the Reducer's autograd hook, the copy of its gradient
-    #: into its bucket and, after the all-reduce, back out (gradient_as_bucket_view=False);
-    #: the per-bucket work (an all-reduce's launch, its division, its callback) fitted to
-    #: nothing beside it, so it has no term
+    #: into its bucket (divided by the world size as it copies) and, after the
+    #: all-reduce, back out (gradient_as_bucket_view=False); the per-bucket work (the
+    #: all-reduce's launch, its future's callback) fitted to nothing beside it, so it has no term
     ddp_tensor: float
     #: FSDP2, per ``fully_shard`` group: its pre/post forward and backward hooks, the
     #: all-gather copy-in and copy-out, the reduce-scatter and the stream waits
