@@ -278,6 +278,8 @@ def main() -> int:
     p.add_argument("--out", default=".")
     p.add_argument("--rescale", metavar="FILE", help="rewrite a calibrated profile's host_us from the shipped ones")
     p.add_argument("--cache", metavar="FILE", help="keep the lints' counts in FILE and reuse them")
+    p.add_argument("--exclude", metavar="TEXT", help="fit without the runs whose name holds TEXT (still printed): "
+                   "how well the rest predicts them")
     p.add_argument("--keys", help="fit only these terms (comma-separated; the others 0)")
     args = p.parse_args()
     prepare()
@@ -300,7 +302,8 @@ def main() -> int:
                                          "one_gpu": [[r, m, v] for (r, m), v in one_gpu.items()]}))
     host_speeds(points, one_gpu)
     keys = tuple(args.keys.split(",")) if args.keys else HOST_KEYS
-    costs = {**dict.fromkeys(HOST_KEYS, 0.0), **fit(points, keys)}
+    fitted = [x for x in points if not (args.exclude and args.exclude in x.run)]
+    costs = {**dict.fromkeys(HOST_KEYS, 0.0), **fit(fitted, keys)}
     shipped = resolve("h100").collectives
     assert shipped is not None
     table = rows(points, costs)
@@ -309,6 +312,11 @@ def main() -> int:
     print("shipped host_us (µs):", {k: getattr(shipped.host, k) for k in HOST_KEYS})
     print(f"{len(table)} steps: rms error at each host's speed {100 * rms([r['error_at_host_speed'] for r in table]):.1f}%,"
           f" of the ratio to one GPU {100 * rms([r['ratio_error'] for r in table]):.1f}%")
+    if args.exclude:
+        out = [r for r in table if args.exclude in r["run"]]
+        print(f"left out of the fit ({args.exclude!r}): {len(out)} steps, rms error at each host's speed "
+              f"{100 * rms([r['error_at_host_speed'] for r in out]):.1f}%, worst "
+              f"{100 * max((abs(r['error_at_host_speed']) for r in out), default=0.0):.1f}%")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "host_fit_parallel.json").write_text(json.dumps({"host_us": costs, "rows": table}, indent=1))
     return 0

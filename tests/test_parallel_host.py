@@ -118,3 +118,48 @@ def test_the_fit_prices_the_held_out_steps_on_their_calibrated_profile_within_15
     assert sum(r["within_tolerance"] for r in rows) >= 8
     assert all(abs(r["ms_error"]) < 0.16 for r in rows)
     assert all(abs(r["ratio_error"]) < 0.10 for r in rows), [(r["model"], r["layout"], r["ratio_error"]) for r in rows]
+
+
+def test_the_fit_recovers_the_costs_that_made_the_steps() -> None:
+    """host_fit_parallel.fit on steps made from known costs (two hosts, one 20% slower,
+    some steps GPU-bound) gives those costs back."""
+    from tests._benchmarks import load_benchmark
+
+    fitting = load_benchmark("host_fit_parallel")
+    truth = {"ddp_tensor": 0.04, "fsdp_group": 2.0, "fsdp_tensor": 0.15}
+    points = []
+    for i, (tensors, groups) in enumerate([(148, 13), (196, 13), (146, 17), (290, 25), (394, 25), (100, 40)]):
+        for layout, counts in (("ddp", {"ddp_tensor": tensors}),
+                               ("fsdp", {"fsdp_group": groups, "fsdp_tensor": tensors})):
+            counts = {**dict.fromkeys(truth, 0.0), **counts}
+            speed = 1.2 if i % 2 else 1.0
+            p = fitting.Point("run", f"m{i}", layout, 0.0, 50.0, 30.0 + 40 * (i == 0), 40.0 + i, counts, 1.0,
+                              50.0, True, speed)
+            p.measured_ms = p.est(truth, speed)
+            points.append(p)
+    costs = fitting.fit(points, tuple(truth), iters=6000)
+    assert costs == pytest.approx({k: v * 1e3 for k, v in truth.items()}, rel=0.02)
+
+
+def test_rescale_writes_the_shipped_costs_at_the_calibrated_host_speed(tmp_path: Path) -> None:
+    """A full calibrate at host speed 0.836 (host_us_per_kernel 28.42 against 34):
+    every engine cost is the shipped one x 0.836; the rest of the file is unchanged."""
+    from shapelint.hardware import load_profile_file
+    from tests._benchmarks import load_benchmark
+
+    fitting = load_benchmark("host_fit_parallel")
+    source = ROOT / "docs" / "data" / "calibrated_2xh200_2026-11-26_run2.yaml"
+    path = tmp_path / "p.yaml"
+    text = source.read_text()
+    start = text.index("  host_us:\n")
+    old = text[:start] + "  host_us:\n    ddp_tensor: 62.7\n    fsdp_group: 3678.4\n    fsdp_tensor: 25.1\n" \
+        "    tp_layer: 250.8\n    tp_collective: 2173.6\n" + text[text.index("misaligned_efficiency:"):]
+    path.write_text(old)
+    fitting.rescale(path)
+    c = load_profile_file(str(path)).collectives
+    assert c is not None
+    shipped = _host()
+    for key in ("ddp_tensor", "fsdp_group", "fsdp_tensor", "tp_layer", "tp_parameter", "tp_collective"):
+        assert getattr(c.host, key) == pytest.approx(getattr(shipped, key) * 28.42 / 34.0, abs=0.06)
+    assert path.read_text().replace(path.read_text()[start:path.read_text().index("misaligned_efficiency:")], "") == \
+        old.replace(old[start:old.index("misaligned_efficiency:")], "")
