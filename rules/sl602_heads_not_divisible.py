@@ -16,7 +16,7 @@ The attention's GEMMs are a third of a transformer block's or more: left whole t
 do N times a sharded layer's work on each GPU, every GPU of the group repeating the
 others'. Estimated on an H100 (bf16, eager, 32 × 1024 tokens per GPU): GPT-2 XL's 25
 heads at ``--tp 4`` run their attention GEMMs in 182 ms per step, 56 ms with 20 heads
-of 80, and the step saves 47 ms (3.6%) after paying the 48 all-reduces each way that
+of 80, and the step saves 51 ms (4.0%) after paying the 48 all-reduces each way that
 sharding adds. Where those all-reduces cost more than the GEMMs save (a small model
 at a high degree: OPT-125m at ``--tp 8``), nothing is reported.
 

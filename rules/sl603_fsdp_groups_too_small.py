@@ -14,10 +14,10 @@ model: the fix is there.
 An all-gather of a few MiB costs the collective's latency, not its bytes: on 2 H100s a
 16 MiB all-gather takes 102 µs and a 64 MiB one 164 µs (measured, NCCL 2.28, 2026-11-25),
 so 4 groups of 16 MiB take 2.5× the time of one of 64 MiB. Each group also costs FSDP2
-its host work (hooks, copy-in and copy-out, stream waits: 4.4 ms per group per step,
-fitted to the 2×H100 FSDP2 steps of GPT-2 small, OPT-125m and Llama-3.2-1B shapes).
-GPT-2 small at ``--fsdp 8`` with 1 × 1024 tokens per GPU (12 groups of 27 MiB) is
-estimated at 103 ms a step, 63 ms with 4 blocks per group.
+its host work (hooks, copy-in and copy-out, stream waits: 2.34 ms per group per step,
+fitted to 45 measured 2-GPU steps, GPT-2 small's FSDP2 steps with 1 to 6 blocks per
+group among them). GPT-2 small at ``--fsdp 8`` with 1 × 1024 tokens per GPU (12 groups
+of 27 MiB) is estimated at 94.6 ms a step, 73.5 ms with 4 blocks per group.
 
 ## Example
 ```python

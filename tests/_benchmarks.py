@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -15,5 +16,6 @@ def load_benchmark(script: str, name: str | None = None) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name or script, BENCHMARKS / f"{script}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # a dataclass of the script looks its module up there
     spec.loader.exec_module(module)
     return module

@@ -55,6 +55,7 @@ def parallel_plan(model: torch.nn.Module, gemms: Sequence[Gemm], layout: Layout,
         tp_layers=_tp_layers(gemms, styles, compute, param_bytes) if tp > 1 else (),
         tp_sharded=len(styles),
         tp_styles=tuple(sorted(styles.items())),
+        tp_tensors=_layer_tensors(model, [*styles, *whole]) if tp > 1 else (),
         not_sharded=sharded.not_sharded,
         rank_params=held.rank_params,
         whole_attention=sharded.whole_attention,
@@ -130,6 +131,13 @@ def _vocab_heads(model: torch.nn.Module, gemms: Sequence[Gemm],
                 and width in vocabs and hidden):
             out[g.module] = VocabParallelHead(g.module, g.m * g.batch, int(hidden))
     return tuple(out.values())
+
+
+def _layer_tensors(model: torch.nn.Module, layers: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """Each layer's own trained tensors: its weight and its bias (a weight tied to an
+    embedding counts: it is this layer's DTensor too)."""
+    return tuple((m, sum(1 for q in model.get_submodule(m).parameters(recurse=False) if q.requires_grad))
+                 for m in dict.fromkeys(layers))
 
 
 def _tp_layers(gemms: Sequence[Gemm], styles: dict[str, str], compute: int,

@@ -28,25 +28,34 @@ from shapelint.files import show
 #: the collectives a profile tables
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 #: host time the parallel engines add, microseconds (see :class:`HostCosts`)
-HOST_KEYS = ("ddp_tensor", "fsdp_group", "fsdp_tensor", "tp_layer", "tp_collective")
+HOST_KEYS = ("ddp_tensor", "fsdp_group", "fsdp_tensor", "tp_layer", "tp_parameter", "tp_collective")
 
 
 @dataclass(frozen=True)
 class HostCosts:
-    """Host time per step that a parallel engine adds to an eager step, µs."""
+    """Host time per step that a parallel engine adds to an eager step, µs, one term per
+    piece of work the engine does on the host (``docs/multi-gpu.md``, "The engines' host
+    work"; fitted by ``benchmarks/host_fit_parallel.py``)."""
 
-    #: DDP, per trained tensor: its autograd hook, the copy into its bucket, the copy back out
+    #: DDP, per trained tensor: the Reducer's autograd hook, the copy of its gradient
+    #: into its bucket (divided by the world size as it copies) and, after the
+    #: all-reduce, back out (gradient_as_bucket_view=False); the per-bucket work (the
+    #: all-reduce's launch, its future's callback) fitted to nothing beside it, so it has no term
     ddp_tensor: float
     #: FSDP2, per ``fully_shard`` group: its pre/post forward and backward hooks, the
-    #: all-gather copy-in and copy-out and the reduce-scatter's launches
+    #: all-gather copy-in and copy-out, the reduce-scatter and the stream waits
     fsdp_group: float
-    #: FSDP2, per trained tensor: its DTensor shard (the optimizer and the gradient's
-    #: views run through DTensor dispatch)
+    #: FSDP2, per trained tensor: its unsharded view set and freed in the forward and
+    #: again in the backward, its gradient made a sharded DTensor, its DTensor optimizer step
     fsdp_tensor: float
-    #: tensor parallelism (DTensor), per sharded linear layer: its forward, backward and
-    #: optimizer ops dispatched on DTensors
+    #: tensor parallelism (DTensor), per sharded linear layer: the input and output
+    #: hooks of its ``ParallelStyle``
     tp_layer: float
-    #: tensor parallelism, per activation collective (``from_local``/``redistribute``)
+    #: tensor parallelism, per DTensor parameter (a sharded layer's weight, its bias):
+    #: the ops dispatched on it in the forward, the backward and the optimizer
+    tp_parameter: float
+    #: tensor parallelism, per activation collective: ``from_local``/``redistribute``,
+    #: the gradients summed as partial DTensors, the collective's issue and wait
     tp_collective: float
 
 
@@ -121,7 +130,9 @@ def parse_collectives(doc: Any, where: str) -> Collectives | None:
     tables = tuple((op, _table(doc.get(op), f"{where}: collectives.{op}")) for op in OPS)
     host = doc.get("host_us")
     if not isinstance(host, Mapping) or set(host) != set(HOST_KEYS):
-        raise ShapelintError(f"{where}: collectives.host_us must give {', '.join(HOST_KEYS)}")
+        raise ShapelintError(f"{where}: collectives.host_us must give {', '.join(HOST_KEYS)} (a profile calibrated "
+                             "before the engines' host costs had these terms: run `shapelint calibrate` again, or "
+                             "`python benchmarks/host_fit_parallel.py --rescale FILE`)")
     return Collectives(
         world=int(_positive(doc.get("world"), f"{where}: collectives.world", minimum=2)),
         tables=tables,

@@ -229,12 +229,10 @@ def _source(sweep: Sweep | None, measured: list[str], base: Collectives, base_na
 
 
 def scaled_host(host: HostCosts, speed: float) -> HostCosts:
-    """``host``'s engine costs on a host ``speed`` times as slow as the one they were
-    fitted on. The assumption: the 2×H100 host they were fitted on ran at the typical
-    host's speed that the step model's host costs describe (its host-bound one-GPU step,
-    the OPT-125m shape's, measured 1.05 to 1.17 times the estimate in the blocks of
-    docs/data/multi_gpu_2xh100_2026-11-25.json), and DTensor's and FSDP2's Python and
-    dispatch work slows with the host as the kernels' issue does."""
+    """``host``'s engine costs on a host ``speed`` times as slow as the typical host they
+    describe (``benchmarks/host_fit_parallel.py`` took each measured host's speed, read
+    off its one-GPU steps, out of the fit), assuming DDP's, FSDP2's and DTensor's host
+    work slows with the host as the kernels' issue does."""
     return HostCosts(**{k: round(getattr(host, k) * speed, 1) for k in HOST_KEYS})
 
 

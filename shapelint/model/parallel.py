@@ -220,6 +220,10 @@ class ParallelPlan:
     tp_sharded: int = 0
     #: (module, "column" | "row") of each of them (``--verify --step`` shards them so)
     tp_styles: tuple[tuple[str, str], ...] = ()
+    #: (module, trained tensors: its weight, and its bias where it has one) of each linear
+    #: layer tensor parallelism shards or SL602's change would: what becomes a DTensor
+    #: parameter, whose ops DTensor dispatches on the host
+    tp_tensors: tuple[tuple[str, int], ...] = ()
     #: linear layers that stay whole on every tensor-parallel rank
     not_sharded: tuple[str, ...] = ()
     #: (elements, bytes per element) of each trained parameter one rank holds and
@@ -240,6 +244,12 @@ class ParallelPlan:
     @property
     def param_bytes(self) -> int:
         return sum(self.grads)
+
+    @property
+    def tp_parameters(self) -> int:
+        """The DTensor parameters of the sharded layers (a layer of unknown tensors counts its weight)."""
+        tensors = dict(self.tp_tensors)
+        return sum(tensors.get(m, 1) for m, _ in self.tp_styles)
 
 
 @dataclass(frozen=True)

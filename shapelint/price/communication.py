@@ -281,7 +281,14 @@ def _tensor_parallel(plan: ParallelPlan, c: Collectives, hw: Hardware, training:
     calls = layers * (2 if training else 1)
     heads = _vocab_parallel(plan, c, training)
     return Communication(tuple(colls) + heads.collectives, fwd + bwd + heads.exposed_ms, 0.0, 0.0,
-                         (plan.tp_sharded * c.host.tp_layer + calls * c.host.tp_collective) * 1e-3 + heads.host_ms)
+                         tp_host_ms(plan, calls, c) + heads.host_ms)
+
+
+def tp_host_ms(plan: ParallelPlan, collectives: int, c: Collectives) -> float:
+    """DTensor's host work: per sharded layer, per DTensor parameter, per activation collective."""
+    host = c.host
+    return (plan.tp_sharded * host.tp_layer + plan.tp_parameters * host.tp_parameter
+            + collectives * host.tp_collective) * 1e-3
 
 
 #: the vocabulary-parallel loss's forward all-reduces per LM head (the maximum logit,
