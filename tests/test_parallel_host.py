@@ -163,3 +163,21 @@ def test_rescale_writes_the_shipped_costs_at_the_calibrated_host_speed(tmp_path:
         assert getattr(c.host, key) == pytest.approx(getattr(shipped, key) * 28.42 / 34.0, abs=0.06)
     assert path.read_text().replace(path.read_text()[start:path.read_text().index("misaligned_efficiency:")], "") == \
         old.replace(old[start:old.index("misaligned_efficiency:")], "")
+
+
+def test_a_profile_calibrated_before_the_present_host_terms_loads_at_its_host_speed() -> None:
+    """A profile ``shapelint calibrate`` wrote with the engines' earlier five host terms
+    (held-out set 2's 2xH200 host, 2026-11-26: host_us_per_kernel 19.45 against the
+    typical 34.0) loads with the shipped terms at that host's speed, tables kept."""
+    from pathlib import Path
+
+    from shapelint.hardware import load_profile_file, resolve
+
+    path = Path(__file__).parent.parent / "docs" / "data" / "calibrated_2xh200_2026-11-26_set2.yaml"
+    hw = load_profile_file(str(path))
+    shipped = resolve("h100").collectives
+    assert hw.collectives is not None and shipped is not None
+    speed = 19.45 / 34.0
+    assert hw.collectives.host.tp_parameter == round(shipped.host.tp_parameter * speed, 1) == 228.8
+    assert hw.collectives.host.fsdp_group == round(shipped.host.fsdp_group * speed, 1)
+    assert tuple(dict(hw.collectives.tables)["all_reduce"][-1]) == (1 << 30, 3291.33)  # the measured table, kept

@@ -18,7 +18,7 @@ from typing import Any
 from shapelint.errors import ShapelintError, one_line
 from shapelint.files import parse_yaml, read_text
 from shapelint.hardware.check import check_profile
-from shapelint.hardware.collectives import parse_collectives
+from shapelint.hardware.collectives import HOST_KEYS, parse_collectives
 from shapelint.hardware.profile import Hardware, StepProfile
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -51,6 +51,29 @@ def _collectives_doc(value: Any) -> Any:
     return value
 
 
+#: the shipped profile whose engines' host costs (``collectives.host_us``) a profile
+#: calibrated by an older shapelint is brought up to
+HOST_COSTS_PROFILE = "h100-sxm"
+#: the engines' host terms of profiles calibrated before ``tp_parameter`` (2026-11-26)
+EARLIER_HOST_KEYS = frozenset(HOST_KEYS) - {"tp_parameter"}
+
+
+def _current_host_costs(collectives: Any, step: StepProfile, arch: dict[str, Any]) -> Any:
+    """A ``collectives:`` table as this version reads it. A profile calibrated before the
+    engines' host costs had their present terms (``collectives.HOST_KEYS``) gets the
+    shipped costs at the host speed it was calibrated at, read off its step table (its
+    per-kernel host cost over the typical host's), as ``shapelint calibrate`` scales
+    them now; its measured collective tables are kept."""
+    if not isinstance(collectives, dict) or not isinstance(collectives.get("host_us"), dict):
+        return collectives
+    if set(collectives["host_us"]) != EARLIER_HOST_KEYS:
+        return collectives  # current (or malformed: parse_collectives says so)
+    typical = float(arch["step"]["host_us_per_kernel"])
+    speed = step.host_us_per_kernel / typical
+    shipped = _shipped_yaml(PROFILE_DIR / f"{HOST_COSTS_PROFILE}.yaml")["collectives"]["host_us"]
+    return {**collectives, "host_us": {k: round(float(shipped[k]) * speed, 1) for k in HOST_KEYS}}
+
+
 def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware:
     """A profile from its YAML mapping; every value is checked first
     (:mod:`shapelint.hardware.check`), so a bad one is a one-line error naming its key."""
@@ -80,6 +103,7 @@ def _hardware(doc: dict[str, Any], arch: dict[str, Any], key: str, file: str) ->
     def inherited(name: str) -> float:
         return float(doc.get(name, arch[name]))
 
+    step = StepProfile(**{k: float(v) for k, v in {**arch.get("step", {}), **(doc.get("step") or {})}.items()})
     return Hardware(
         key=key,
         name=str(doc["name"]),
@@ -117,9 +141,10 @@ def _hardware(doc: dict[str, Any], arch: dict[str, Any], key: str, file: str) ->
         attention_efficiency=inherited("attention_efficiency"),
         gemm_efficiency=inherited("gemm_efficiency"),
         misaligned_memory_efficiency=table("misaligned_memory_efficiency"),
-        step=StepProfile(**{k: float(v) for k, v in {**arch.get("step", {}), **(doc.get("step") or {})}.items()}),
+        step=step,
         file=file,
-        collectives=parse_collectives(_collectives_doc(doc.get("collectives")), file or key),
+        collectives=parse_collectives(_current_host_costs(_collectives_doc(doc.get("collectives")), step, arch),
+                                      file or key),
     )
 
 
