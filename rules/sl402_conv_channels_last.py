@@ -120,4 +120,5 @@ def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> It
         f"transposes their activations to NHWC for the tensor cores on every call; convert the model and "
         f"its inputs with .to(memory_format=torch.channels_last)",
         (("modules", modules), ("copy_bytes", sum(g.copy_bytes for g in covered))),
+        memory_format="channels_last",
     ))

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from shapelint import hardware
+from shapelint.capture.memory_format import in_memory_format
 from shapelint.capture.parallel_plan import parallel_plan
 from shapelint.capture.precision import PRECISIONS, to_precision
 from shapelint.capture.run import Capture, capture
@@ -34,11 +35,12 @@ from shapelint.locate.code_sites import locate_in_code
 from shapelint.locate.config_keys import locate_all
 from shapelint.locate.knobs import advise
 from shapelint.model.parallel import Layout, ParallelPlan
-from shapelint.model.records import Finding, Op
+from shapelint.model.records import Change, Finding, Op, Proposal
 from shapelint.pipeline.result import Options, Result
 from shapelint.pipeline.settings import default
 from shapelint.price import StepModel, price, step_estimate
 from shapelint.price.gemm import gemm_times
+from shapelint.price.relaid import Relaid
 from shapelint.price.step import Step
 
 
@@ -152,9 +154,11 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
     ctx = rule_context(target, tokens, vocab_sizes(loaded.model), sharded, plan, tuple(cap.ops))
     graphs = loaded.compile_probe() if target.compiled and loaded.compile_probe is not None else None
     step_of_capture = Step(cap.gemms, cap.ops, cap.params, training, cap.syncs, cap.breaks, graphs)
+    proposals = run_rules(rules, cap.gemms, hw, ctx)
+    relaid = relaid_step(loaded, inputs, target, proposals, step_of_capture) if sharded is None else None
     model = StepModel(step_of_capture, hw, "compile" if target.compiled else "eager",
-                      opts.optimizer or str(default("optimizer")), plan)
-    findings = price(run_rules(rules, cap.gemms, hw, ctx), cap.gemms, hw, opts.policy, on=model)
+                      opts.optimizer or str(default("optimizer")), plan, relaid)
+    findings = price(proposals, cap.gemms, hw, opts.policy, on=model)
     if loaded.config_file:
         findings = locate_all(findings, loaded.config_keys, loaded.config_file, tp=tp)
     elif loaded.kind == "python":
@@ -165,6 +169,28 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
                   tp=tp, policy=opts.policy, step_model=model, step_time=model.before,
                   step_time_after=model.after(findings), options=opts, gemm_times=gemm_times(cap.gemms, hw),
                   parallel=plan)
+
+
+def relaid_step(loaded: Loaded, inputs: Any, target: Resolved, proposals: Sequence[Proposal],
+                step: Step) -> Relaid | None:
+    """Where a proposal converts the whole model's memory format (SL402), the step traced
+    again with the model and its inputs in that format, as the user who follows it runs
+    it (``shapelint.price.relaid``); None where none does, or where the model does not
+    run in that format (a ``view`` that needs the old strides): its finding is then
+    priced on its convolutions alone."""
+    formats = {p.change.memory_format for p in proposals
+               if isinstance(p.change, Change) and p.change.memory_format is not None}
+    if len(formats) != 1:
+        return None
+    (fmt,) = formats
+    try:
+        with loaded.fake_mode, user_code(loaded.target, "forward and backward"), refusing_compile(), \
+                in_memory_format(loaded.model, inputs, fmt) as relaid_inputs:
+            cap = capture(loaded.model, relaid_inputs, precision=target.precision, training=target.training,
+                          defined_at=loaded.defined_at)
+    except ShapelintError:
+        return None
+    return Relaid(fmt, Step(cap.gemms, cap.ops, cap.params, target.training, cap.syncs, cap.breaks, step.graphs), step)
 
 
 def lint_module(model: torch.nn.Module, example_inputs: Any, opts: Options, hw: Hardware | None,

@@ -21,6 +21,7 @@ from shapelint.price.communication import (
 )
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.inductor import inductor_laid_out, pad_mm_padded
+from shapelint.price.relaid import Relaid, relaid_for
 from shapelint.price.step import Mode, Step, StepTime, side_ms, step_time
 
 
@@ -51,11 +52,15 @@ def inductor_note(padded: int, laid_out: int, total: int) -> str:
 
 
 class StepModel:
-    """The training step a finding is priced on (``shapelint.price.step``)."""
+    """The training step a finding is priced on (``shapelint.price.step``). ``relaid`` is
+    the same step traced with the whole model in another memory format, where the
+    pipeline traced one: a finding that converts the model (``Finding.memory_format``)
+    is priced on it (``shapelint.price.relaid``)."""
 
     def __init__(self, step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw",
-                 parallel: ParallelPlan | None = None) -> None:
+                 parallel: ParallelPlan | None = None, relaid: Relaid | None = None) -> None:
         self.step, self.hw, self.mode, self.optimizer, self.parallel = step, hw, mode, optimizer, parallel
+        self.relaid = relaid
         self.before = self._timed(step_time(self._rank_step, hw, mode, optimizer))
         if mode == "compile":
             eager = self._timed(step_time(self._rank_step, hw, "eager", optimizer))
@@ -67,10 +72,11 @@ class StepModel:
         """The step one rank runs: under a parallel layout, its own parameters' optimizer."""
         return self._step_of(self.parallel)
 
-    def _step_of(self, plan: ParallelPlan | None) -> Step:
+    def _step_of(self, plan: ParallelPlan | None, step: Step | None = None) -> Step:
+        step = step or self.step
         if plan is None or not plan.layout.parallel:
-            return self.step
-        return replace(self.step, params=plan.rank_params)
+            return step
+        return replace(step, params=plan.rank_params)
 
     def communication(self, one_gpu: StepTime | None = None, plan: ParallelPlan | None = None) -> Communication:
         """What the parallel layout (``plan``, default the step's) adds to the step (nothing on one GPU)."""
@@ -104,16 +110,30 @@ class StepModel:
 
     def after(self, findings: Iterable[Finding]) -> StepTime:
         """The step with every given (unsuppressed) finding applied; a GEMM two findings
-        cover counts once, at the better after-time."""
+        cover counts once, at the better after-time. Where one converts the whole model's
+        memory format, the step is the relaid one (its own GEMM and op times), with the
+        other findings' GEMM after-times and fused ops carried over to it."""
         taken = [f for f in findings if f.gain != "throughput"]
-        slices = dict.fromkeys(s for f in taken if not f.suppressed for s in f.slices)
+        live = [f for f in taken if not f.suppressed]
+        slices = dict.fromkeys(s for f in live for s in f.slices)
         extra = side_ms(slices, self.hw, self.mode, self.step.training)
         plan = self.parallel
         if plan is not None:
-            plan = applied(plan, [f.parallel for f in taken if not f.suppressed and f.parallel is not None])
-        fused = frozenset(op.index for f in taken if not f.suppressed for op in f.fuses)
-        return self._timed(step_time(self._step_of(plan), self.hw, self.mode, self.optimizer, best_after(taken), extra,
-                                     fused), plan)
+            plan = applied(plan, [f.parallel for f in live if f.parallel is not None])
+        step, times, fused = self._applied(taken, plan)
+        return self._timed(step_time(step, self.hw, self.mode, self.optimizer, times, extra, fused), plan)
+
+    def _applied(self, taken: Sequence[Finding], plan: ParallelPlan | None
+                 ) -> tuple[Step, dict[int, float], frozenset[int]]:
+        """The step the findings ``taken`` run on (the relaid one where one converts the
+        model's memory format), their GEMM after-times and the positions of the ops they fuse."""
+        live = [f for f in taken if not f.suppressed]
+        fused_at = [op.index for f in live for op in f.fuses]
+        relaid = relaid_for([f.memory_format for f in live], self.relaid)
+        if relaid is None:
+            return self._step_of(plan), best_after(taken), frozenset(fused_at)
+        others = best_after(f for f in taken if f.memory_format is None)
+        return self._step_of(plan, relaid.step), others, relaid.ops(fused_at)
 
     def priced(self, f: Finding) -> tuple[Finding, float]:
         """``f`` with its step saving, and the GPU time it saves (the policy's measure)."""
@@ -130,6 +150,9 @@ class StepModel:
                     f"({self.before.host_ms:.1f} ms of host time; hosts differ up to 2x, `shapelint calibrate` "
                     f"measures yours); this saves {gpu_saved:.2f} ms of GPU time, which shows "
                     "once the step is GPU-bound (torch.compile, CUDA graphs, a larger batch)")
+        if not note and relaid_for([f.memory_format], self.relaid) is not None:
+            note = (f"priced on the step traced with the whole model {f.memory_format}: its batch norms and "
+                    "pointwise ops change kernels with the convolutions")
         return replace(f, step_ms=self.before.ms, step_ms_saved=self.before.ms - after.ms, step_note=note), gpu_saved
 
     def _grouped(self, f: Finding) -> tuple[Finding, float]:
