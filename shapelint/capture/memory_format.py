@@ -32,6 +32,12 @@ def _converted_input(value: Any, fmt: torch.memory_format, rank: int) -> Any:
     return out.requires_grad_() if value.requires_grad and value.is_leaf else out
 
 
+def converted_inputs(inputs: Any, name: str) -> Any:
+    """``inputs`` with each tensor of the format's rank in memory format ``name``."""
+    fmt, rank = FORMATS[name]
+    return tree_map(lambda v: _converted_input(v, fmt, rank), inputs)
+
+
 @contextmanager
 def in_memory_format(model: torch.nn.Module, inputs: Any, name: str) -> Iterator[Any]:
     """``model`` converted to memory format ``name`` (a key of ``FORMATS``) inside the
@@ -48,7 +54,7 @@ def in_memory_format(model: torch.nn.Module, inputs: Any, name: str) -> Iterator
         for m, saved in buffers:
             m._buffers.update({k: b.to(memory_format=fmt) for k, b in saved.items()
                                if isinstance(b, torch.Tensor) and b.dim() == rank})
-        yield tree_map(lambda v: _converted_input(v, fmt, rank), inputs)
+        yield converted_inputs(inputs, name)
     finally:
         for p, data, grad in params:
             p.data, p.grad = data, grad
@@ -57,4 +63,4 @@ def in_memory_format(model: torch.nn.Module, inputs: Any, name: str) -> Iterator
             m._buffers.update(saved)
 
 
-__all__ = ["FORMATS", "in_memory_format"]
+__all__ = ["FORMATS", "converted_inputs", "in_memory_format"]
