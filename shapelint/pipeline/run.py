@@ -155,9 +155,10 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
     graphs = loaded.compile_probe() if target.compiled and loaded.compile_probe is not None else None
     step_of_capture = Step(cap.gemms, cap.ops, cap.params, training, cap.syncs, cap.breaks, graphs)
     proposals = run_rules(rules, cap.gemms, hw, ctx)
-    relaid = relaid_step(loaded, inputs, target, proposals, step_of_capture) if sharded is None else None
+    relaid, refused = relaid_step(loaded, inputs, target, proposals, step_of_capture) if sharded is None \
+        else (None, "")
     model = StepModel(step_of_capture, hw, "compile" if target.compiled else "eager",
-                      opts.optimizer or str(default("optimizer")), plan, relaid)
+                      opts.optimizer or str(default("optimizer")), plan, relaid, refused)
     findings = price(proposals, cap.gemms, hw, opts.policy, on=model)
     if loaded.config_file:
         findings = locate_all(findings, loaded.config_keys, loaded.config_file, tp=tp)
@@ -172,25 +173,27 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
 
 
 def relaid_step(loaded: Loaded, inputs: Any, target: Resolved, proposals: Sequence[Proposal],
-                step: Step) -> Relaid | None:
+                step: Step) -> tuple[Relaid | None, str]:
     """Where a proposal converts the whole model's memory format (SL402), the step traced
     again with the model and its inputs in that format, as the user who follows it runs
-    it (``shapelint.price.relaid``); None where none does, or where the model does not
-    run in that format (a ``view`` that needs the old strides): its finding is then
-    priced on its convolutions alone."""
+    it (``shapelint.price.relaid``). None where none does, and where the model does not
+    run in that format (a ``view`` that needs the old strides), with why: its finding is
+    then priced on its convolutions alone and says so."""
     formats = {p.change.memory_format for p in proposals
                if isinstance(p.change, Change) and p.change.memory_format is not None}
     if len(formats) != 1:
-        return None
+        return None, ""
     (fmt,) = formats
     try:
         with loaded.fake_mode, user_code(loaded.target, "forward and backward"), refusing_compile(), \
                 in_memory_format(loaded.model, inputs, fmt) as relaid_inputs:
             cap = capture(loaded.model, relaid_inputs, precision=target.precision, training=target.training,
                           defined_at=loaded.defined_at)
-    except ShapelintError:
-        return None
-    return Relaid(fmt, Step(cap.gemms, cap.ops, cap.params, target.training, cap.syncs, cap.breaks, step.graphs), step)
+    except ShapelintError as exc:
+        return None, str(exc).rsplit("cannot trace the model: ", 1)[-1]
+    relaid = Relaid(fmt, Step(cap.gemms, cap.ops, cap.params, target.training, cap.syncs, cap.breaks, step.graphs),
+                    step)
+    return relaid, ""
 
 
 def lint_module(model: torch.nn.Module, example_inputs: Any, opts: Options, hw: Hardware | None,

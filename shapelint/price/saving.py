@@ -55,12 +55,14 @@ class StepModel:
     """The training step a finding is priced on (``shapelint.price.step``). ``relaid`` is
     the same step traced with the whole model in another memory format, where the
     pipeline traced one: a finding that converts the model (``Finding.memory_format``)
-    is priced on it (``shapelint.price.relaid``)."""
+    is priced on it (``shapelint.price.relaid``); ``relaid_refused`` why the model did
+    not run in that format, where it did not."""
 
     def __init__(self, step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw",
-                 parallel: ParallelPlan | None = None, relaid: Relaid | None = None) -> None:
+                 parallel: ParallelPlan | None = None, relaid: Relaid | None = None,
+                 relaid_refused: str = "") -> None:
         self.step, self.hw, self.mode, self.optimizer, self.parallel = step, hw, mode, optimizer, parallel
-        self.relaid = relaid
+        self.relaid, self.relaid_refused = relaid, relaid_refused
         self.before = self._timed(step_time(self._rank_step, hw, mode, optimizer))
         if mode == "compile":
             eager = self._timed(step_time(self._rank_step, hw, "eager", optimizer))
@@ -150,10 +152,22 @@ class StepModel:
                     f"({self.before.host_ms:.1f} ms of host time; hosts differ up to 2x, `shapelint calibrate` "
                     f"measures yours); this saves {gpu_saved:.2f} ms of GPU time, which shows "
                     "once the step is GPU-bound (torch.compile, CUDA graphs, a larger batch)")
-        if not note and relaid_for([f.memory_format], self.relaid) is not None:
-            note = (f"priced on the step traced with the whole model {f.memory_format}: its batch norms and "
-                    "pointwise ops change kernels with the convolutions")
+        note = note or self._relaid_note(f)
         return replace(f, step_ms=self.before.ms, step_ms_saved=self.before.ms - after.ms, step_note=note), gpu_saved
+
+    def _relaid_note(self, f: Finding) -> str:
+        """How a change of the model's memory format was priced: on the relaid step, or,
+        where the model did not run in that format, on the covered GEMMs alone and why."""
+        if f.memory_format is None:
+            return ""
+        if relaid_for([f.memory_format], self.relaid) is not None:
+            return (f"priced on the step traced with the whole model {f.memory_format}: its batch norms and "
+                    "pointwise ops change kernels with the convolutions")
+        if self.relaid_refused:
+            hint = " (.reshape where it views an activation)" if "view" in self.relaid_refused else ""
+            return (f"the model as written does not run {f.memory_format} ({self.relaid_refused}): its forward "
+                    f"must change first{hint}; priced on the convolutions alone")
+        return ""
 
     def _grouped(self, f: Finding) -> tuple[Finding, float]:
         """An FSDP2 grouping finding: the smallest block count per group whose step saving
