@@ -136,3 +136,71 @@ def test_mbconv_after_step_matches_the_channels_last_step() -> None:
     after = f.step_ms - f.step_ms_saved
     assert after == pytest.approx(cl.step_time.ms, rel=0.03)
     assert f.step_ms / after == pytest.approx(132.74 / 53.59, rel=0.15)
+
+
+CONVNET = '''\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                                  nn.Conv2d(32, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU())
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x).mean((2, 3)))
+
+
+def shapelint_model(batch: int = 4, seq: int = 32):
+    return Net(), torch.randn(batch, 32, seq, seq)
+'''
+
+
+class _Scripted:
+    """A block timer that returns the given ms for every step of a label (the step is not run)."""
+
+    def __init__(self, ms: dict[str, float]) -> None:
+        self.ms, self.labels = ms, []
+
+    def __call__(self, label, step, n):  # type: ignore[no-untyped-def]
+        self.labels.append(label)
+        return [self.ms[label]] * n
+
+
+@pytest.mark.slow
+def test_verify_step_applies_sl402_as_the_user_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--verify --step`` on the CPU: SL402 edits no file; its after-variant is the model
+    built as written and converted channels-last, inputs included."""
+    from shapelint.check.run import builtin_rules
+    from shapelint.hardware import resolve
+    from shapelint.measure import step as vs
+    from shapelint.measure import step_blocks as blocks
+    from shapelint.measure import step_variants as variants
+    from shapelint.pipeline.result import Options
+    from shapelint.pipeline.run import lint_target
+    from shapelint.price import Policy
+
+    (tmp_path / "model.py").write_text(CONVNET)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+    r = lint_target(tmp_path / "model.py", Options(dtype="tf32", policy=Policy(min_step_share=0.0)), resolve("h100"),
+                    builtin_rules())
+    (f,) = [f for f in r.findings if f.code == "SL402"]
+    applied, not_applied = variants.plan(r)
+    assert [(g.code, texts) for g, texts in applied] == [("SL402", {})] and not_applied == []
+    built = variants.build_original(r, "cpu")
+    inputs = variants.in_memory_formats(built, built.inputs, [f])
+    assert inputs.is_contiguous(memory_format=torch.channels_last) and not inputs.is_contiguous()
+    assert built.model.body[0].weight.is_contiguous(memory_format=torch.channels_last)
+    timer = _Scripted({"before": 10.0, "after": 7.0})
+    v = vs.verify_result(r, vs.RunOptions(device="cpu", schedule=blocks.Schedule(rounds=2, steps=2, warmup=1),
+                                          timer=timer)).to_json()
+    assert timer.labels == ["before", "after"] * 2
+    assert v["measured_speedup"] == round(10 / 7, 4) and v["not_applied"] == []
+    assert [e["code"] for e in v["findings"]] == ["SL402"]
+    assert v["est_ms_after"] == round(r.step_model.after([f]).ms, 4)
+    assert not [p for p in scratch.iterdir() if p.name.startswith("shapelint-step-")]  # the copies are gone
