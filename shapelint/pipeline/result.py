@@ -105,11 +105,18 @@ def result_to_data(result: Result) -> dict[str, Any]:
     sm = result.step_model
     data["step_model"] = None if sm is None else {
         "mode": sm.mode, "optimizer": sm.optimizer, "graphs": serial.encode(sm.step.graphs, GraphBreaks | None),
-        "relaid": None if sm.relaid is None else {
-            "memory_format": sm.relaid.memory_format, "gemms": serial.encode(list(sm.relaid.step.gemms), list[Gemm]),
-            "ops": serial.encode(list(sm.relaid.step.ops), list[Op]), "syncs": list(sm.relaid.step.syncs),
-            "breaks": list(sm.relaid.step.breaks)}}
+        "relaid": _relaid_to_data(sm.relaid_traced)}
     return data
+
+
+def _relaid_to_data(relaid: Relaid | None) -> dict[str, Any] | None:
+    from shapelint.model import serial
+
+    if relaid is None:
+        return None
+    return {"memory_format": relaid.memory_format, "gemms": serial.encode(list(relaid.step.gemms), list[Gemm]),
+            "ops": serial.encode(list(relaid.step.ops), list[Op]), "syncs": list(relaid.step.syncs),
+            "breaks": list(relaid.step.breaks)}
 
 
 def _relaid_from_data(data: Any, step: Step) -> Relaid | None:

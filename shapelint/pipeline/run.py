@@ -8,6 +8,7 @@ reporters (``shapelint.report``) render the ``Result``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -155,10 +156,10 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
     graphs = loaded.compile_probe() if target.compiled and loaded.compile_probe is not None else None
     step_of_capture = Step(cap.gemms, cap.ops, cap.params, training, cap.syncs, cap.breaks, graphs)
     proposals = run_rules(rules, cap.gemms, hw, ctx)
-    relaid, refused = relaid_step(loaded, inputs, target, proposals, step_of_capture) if sharded is None \
-        else (None, "")
+    retrace = functools.partial(relaid_step, loaded, inputs, target, proposals, step_of_capture) \
+        if sharded is None else None
     model = StepModel(step_of_capture, hw, "compile" if target.compiled else "eager",
-                      opts.optimizer or str(default("optimizer")), plan, relaid, refused)
+                      opts.optimizer or str(default("optimizer")), plan, retrace=retrace)
     findings = price(proposals, cap.gemms, hw, opts.policy, on=model)
     if loaded.config_file:
         findings = locate_all(findings, loaded.config_keys, loaded.config_file, tp=tp)
@@ -166,9 +167,11 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
         findings = locate_in_code(findings, str(path), tp=tp, gemms=cap.gemms)
     findings = advise(findings, loaded.model, cap.gemms)
     step = step_estimate(cap.gemms, findings, hw)
+    after = model.after(findings)
+    model.settle()
     return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file,
                   tp=tp, policy=opts.policy, step_model=model, step_time=model.before,
-                  step_time_after=model.after(findings), options=opts, gemm_times=gemm_times(cap.gemms, hw),
+                  step_time_after=after, options=opts, gemm_times=gemm_times(cap.gemms, hw),
                   parallel=plan)
 
 
@@ -176,7 +179,8 @@ def relaid_step(loaded: Loaded, inputs: Any, target: Resolved, proposals: Sequen
                 step: Step) -> tuple[Relaid | None, str]:
     """Where a proposal converts the whole model's memory format (SL402), the step traced
     again with the model and its inputs in that format, as the user who follows it runs
-    it (``shapelint.price.relaid``). None where none does, and where the model does not
+    it (``shapelint.price.relaid``; the step model calls this when it prices the first
+    finding that needs it). None where none does, and where the model does not
     run in that format (a ``view`` that needs the old strides), with why: its finding is
     then priced on its convolutions alone and says so."""
     formats = {p.change.memory_format for p in proposals

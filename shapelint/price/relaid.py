@@ -19,7 +19,7 @@ and the ops a change fuses away by matching the two op streams.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import cached_property
@@ -70,6 +70,11 @@ class Relaid:
         return frozenset(where[i] for i in positions if i in where)
 
 
+#: traces the step again with the model in a memory format: the relaid step, or None and
+#: why the model did not run in it (the pipeline's, run on the first finding that needs it)
+Retrace = Callable[[], tuple["Relaid | None", str]]
+
+
 def relaid_for(memory_formats: Sequence[MemoryFormat | None], relaid: Relaid | None) -> Relaid | None:
     """The relaid step that prices findings which change these memory formats, or None
     where none does, the pipeline traced none, or its GEMMs do not line up."""
@@ -79,4 +84,4 @@ def relaid_for(memory_formats: Sequence[MemoryFormat | None], relaid: Relaid | N
     return relaid
 
 
-__all__ = ["Relaid", "relaid_for"]
+__all__ = ["Relaid", "Retrace", "relaid_for"]

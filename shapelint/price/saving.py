@@ -21,7 +21,7 @@ from shapelint.price.communication import (
 )
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.inductor import inductor_laid_out, pad_mm_padded
-from shapelint.price.relaid import Relaid, relaid_for
+from shapelint.price.relaid import Relaid, Retrace, relaid_for
 from shapelint.price.step import Mode, Step, StepTime, side_ms, step_time
 
 
@@ -53,21 +53,44 @@ def inductor_note(padded: int, laid_out: int, total: int) -> str:
 
 class StepModel:
     """The training step a finding is priced on (``shapelint.price.step``). ``relaid`` is
-    the same step traced with the whole model in another memory format, where the
-    pipeline traced one: a finding that converts the model (``Finding.memory_format``)
-    is priced on it (``shapelint.price.relaid``); ``relaid_refused`` why the model did
-    not run in that format, where it did not."""
+    the same step traced with the whole model in another memory format: a finding that
+    converts the model (``Finding.memory_format``) is priced on it
+    (``shapelint.price.relaid``). ``retrace`` traces it when the first such finding is
+    priced (a convnet's second trace is paid only where its finding is); ``relaid_refused``
+    is why the model did not run in that format, where it did not."""
 
     def __init__(self, step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw",
                  parallel: ParallelPlan | None = None, relaid: Relaid | None = None,
-                 relaid_refused: str = "") -> None:
+                 retrace: Retrace | None = None) -> None:
         self.step, self.hw, self.mode, self.optimizer, self.parallel = step, hw, mode, optimizer, parallel
-        self.relaid, self.relaid_refused = relaid, relaid_refused
+        self._relaid, self._refused, self._retrace = relaid, "", retrace
         self.before = self._timed(step_time(self._rank_step, hw, mode, optimizer))
         if mode == "compile":
             eager = self._timed(step_time(self._rank_step, hw, "eager", optimizer))
             if self.before.ms > eager.ms:
                 self.before = replace(self.before, note=self._slower_than_eager(eager))
+
+    @property
+    def relaid(self) -> Relaid | None:
+        """The relaid step, traced on first use."""
+        if self._retrace is not None:
+            retrace, self._retrace = self._retrace, None
+            self._relaid, self._refused = retrace()
+        return self._relaid
+
+    def settle(self) -> None:
+        """The lint is priced: a relaid step no finding needed is not traced later (the
+        retrace holds the loaded model)."""
+        self._retrace = None
+
+    @property
+    def relaid_traced(self) -> Relaid | None:
+        """The relaid step where it was traced (a finding needed it), without tracing it."""
+        return self._relaid
+
+    @property
+    def relaid_refused(self) -> str:
+        return self._refused if self.relaid is None else ""
 
     @property
     def _rank_step(self) -> Step:
@@ -131,7 +154,8 @@ class StepModel:
         model's memory format), their GEMM after-times and the positions of the ops they fuse."""
         live = [f for f in taken if not f.suppressed]
         fused_at = [op.index for f in live for op in f.fuses]
-        relaid = relaid_for([f.memory_format for f in live], self.relaid)
+        formats = [f.memory_format for f in live]
+        relaid = relaid_for(formats, self.relaid) if any(m is not None for m in formats) else None
         if relaid is None:
             return self._step_of(plan), best_after(taken), frozenset(fused_at)
         others = best_after(f for f in taken if f.memory_format is None)
