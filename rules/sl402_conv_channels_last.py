@@ -62,6 +62,7 @@ from shapelint.check.rule_api import Example, RuleContext
 from shapelint.hardware import Hardware
 from shapelint.model.records import Change, Gemm, Proposal, Severity, Suggestion
 from shapelint.physics.conv import ConvCall, as_channels_last, conv_calls, misaligned_channels
+from shapelint.physics.conv_kernels import BATCH_NORM, conv_kernel
 
 CODE = "SL402"
 NAME = "conv-channels-last"
@@ -104,6 +105,23 @@ def _nchw(members: Sequence[Gemm]) -> bool:
     return any(op.copied for g in members for op in (g.a, g.b, g.out))
 
 
+def _message(flagged: Sequence[tuple[ConvCall, list[Gemm]]], modules: list[str], context: RuleContext) -> str:
+    """What runs slower on NCHW tensors (cuDNN's transposes, PyTorch's depthwise kernel),
+    and the change."""
+    shown = ", ".join(modules[:MODULES_SHOWN]) + (f" and {len(modules) - MODULES_SHOWN} more"
+                                                  if len(modules) > MODULES_SHOWN else "")
+    kinds = {conv_kernel(call) for call, _ in flagged}
+    why = [w for w, kind in (("cuDNN transposes their activations to NHWC for the tensor cores on every call",
+                              bool(kinds & {"implicit_gemm", "grouped"})),
+                             ("PyTorch runs the depthwise ones on its own NCHW kernel, about a third of the rate "
+                              "of cuDNN's NHWC one", "depthwise" in kinds)) if kind]
+    bn = " (its batch norms then run their channels-last kernels too)" \
+        if any(op.name in BATCH_NORM for op in context.ops) else ""
+    return (f"{len(modules)} convolution{'s' if len(modules) > 1 else ''} ({shown}) run on NCHW tensors: "
+            f"{', and '.join(why) or 'they run other kernels than channels-last'}; convert the model and its "
+            f"inputs with .to(memory_format=torch.channels_last){bn}")
+
+
 def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]:
     flagged: list[tuple[ConvCall, list[Gemm]]] = []
     for call, members in conv_calls(gemms):
@@ -117,14 +135,10 @@ def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> It
         return
     covered = tuple(g for _, members in flagged for g in members)
     modules = list(dict.fromkeys(call.module for call, _ in flagged))
-    shown = ", ".join(modules[:MODULES_SHOWN]) + (f" and {len(modules) - MODULES_SHOWN} more"
-                                                  if len(modules) > MODULES_SHOWN else "")
     yield Proposal(CODE, NAME, SEVERITY, covered, Change(
         Suggestion("memory_format", "contiguous", "channels_last"),
         tuple(as_channels_last(g) for g in covered),
-        f"{len(modules)} convolution{'s' if len(modules) > 1 else ''} ({shown}) run on NCHW tensors: cuDNN "
-        f"transposes their activations to NHWC for the tensor cores on every call; convert the model and "
-        f"its inputs with .to(memory_format=torch.channels_last)",
+        _message(flagged, modules, context),
         (("modules", modules), ("copy_bytes", sum(g.copy_bytes for g in covered))),
         memory_format="channels_last",
     ))

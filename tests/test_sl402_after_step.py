@@ -204,3 +204,17 @@ def test_verify_step_applies_sl402_as_the_user_does(tmp_path: Path, monkeypatch:
     assert [e["code"] for e in v["findings"]] == ["SL402"]
     assert v["est_ms_after"] == round(r.step_model.after([f]).ms, 4)
     assert not [p for p in scratch.iterdir() if p.name.startswith("shapelint-step-")]  # the copies are gone
+
+
+def test_the_message_names_what_runs_slower_on_nchw() -> None:
+    """A depthwise convolution is not transposed: PyTorch runs its own NCHW kernel; a
+    dense one is transposed by cuDNN; batch norms change kernels with the conversion."""
+    depthwise = nn.Sequential(nn.Conv2d(144, 144, 3, padding=1, groups=144), nn.BatchNorm2d(144)).to("meta")
+    f = _sl402(api.lint(depthwise, torch.randn(64, 144, 72, 72, device="meta"), gpu="h100"))
+    assert "PyTorch runs the depthwise ones on its own NCHW kernel" in f.message
+    assert "cuDNN transposes" not in f.message
+    assert f.message.endswith("(its batch norms then run their channels-last kernels too)")
+    dense = nn.Conv2d(64, 64, 3, padding=1).to("meta")
+    f = _sl402(api.lint(dense, torch.randn(64, 64, 56, 56, device="meta"), gpu="h100"))
+    assert "cuDNN transposes their activations to NHWC" in f.message and "depthwise" not in f.message
+    assert f.message.endswith(".to(memory_format=torch.channels_last)")
