@@ -25,8 +25,9 @@ FORMATS: dict[str, tuple[torch.memory_format, int]] = {"channels_last": (torch.c
 
 
 def _converted_input(value: Any, fmt: torch.memory_format, rank: int) -> Any:
-    """An input tensor of the format's rank in that format (a leaf stays a leaf)."""
-    if not isinstance(value, torch.Tensor) or value.dim() != rank:
+    """A floating input tensor of the format's rank (images) in that format (a leaf stays
+    a leaf); integer tensors (token ids, masks) as they are."""
+    if not isinstance(value, torch.Tensor) or value.dim() != rank or not value.is_floating_point():
         return value
     out = value.detach().to(memory_format=fmt)
     return out.requires_grad_() if value.requires_grad and value.is_leaf else out
