@@ -63,7 +63,8 @@ def estimate(target: Path, batch: int, seq: int, mode: str, gpu: str) -> dict[st
             "est_speedup": found[0].est_speedup if found else None}
 
 
-def measure(target: Path, batch: int, seq: int, mode: str, rounds: int, steps: int) -> dict[str, float]:
+def measure(target: Path, batch: int, seq: int, mode: str, rounds: int, steps: int,
+            device: str = "cuda") -> dict[str, float]:
     """Median steps of the model as written and converted channels-last, alternating."""
     import torch
 
@@ -71,22 +72,23 @@ def measure(target: Path, batch: int, seq: int, mode: str, rounds: int, steps: i
     from shapelint.load.real import build
     from shapelint.measure.step_blocks import alternate
     from shapelint.measure.step_train import make_trainer, warm
-    from shapelint.measure.timer import cuda_block_timer
+    from shapelint.measure.timer import block_timer
 
     trainers = {}
     for layout in ("nchw", "channels_last"):
-        built = build(target, device="cuda", batch=batch, seq=seq)
+        built = build(target, device=device, batch=batch, seq=seq)
         inputs = built.inputs
         if layout == "channels_last":
             built.model.to(memory_format=torch.channels_last)
             inputs = converted_inputs(inputs, "channels_last")
-        trainers[layout] = make_trainer(layout, built, inputs, device="cuda", precision="bf16", training=True,
+        trainers[layout] = make_trainer(layout, built, inputs, device=device, precision="bf16", training=True,
                                         optimizer="adamw", compile=mode == "compile")
-        warm(trainers[layout], "cuda", 3, mode == "compile")
-    samples, _ = alternate([(layout, t.step) for layout, t in trainers.items()], cuda_block_timer(), rounds, steps)
+        warm(trainers[layout], device, 3, mode == "compile")
+    samples, _ = alternate([(layout, t.step) for layout, t in trainers.items()], block_timer(device), rounds, steps)
     out = {layout: statistics.median(s.steps) for layout, s in samples.items()}
     del trainers
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return out
 
 
@@ -98,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--gpu", default="h100")
     ap.add_argument("--estimate-only", action="store_true", help="no GPU: print the estimates")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke test of the script (with --batch, --seq)")
+    ap.add_argument("--batch", type=int, help="every model at this batch (default: each its own)")
+    ap.add_argument("--seq", type=int, help="every model at this image size")
     ap.add_argument("--json", default=str(ROOT / "docs" / "data" / "sl402_after_step.json"))
     args = ap.parse_args(argv)
     only = set(filter(None, args.only.split(",")))
@@ -107,10 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, target, batch, seq in TARGETS:
         if only and name not in only:
             continue
+        batch, seq = args.batch or batch, args.seq or seq
         for mode in args.modes.split(","):
             try:
                 est = estimate(target, batch, seq, mode, args.gpu)
-                got = {} if args.estimate_only else measure(target, batch, seq, mode, args.rounds, args.steps)
+                got = {} if args.estimate_only else measure(target, batch, seq, mode, args.rounds, args.steps,
+                                                            args.device)
             except Exception as exc:  # noqa: BLE001 - one model's failure is a row, not the end of the run
                 print(f"{name:14s} {mode:8s} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
                 rows.append({"model": name, "mode": mode, "error": f"{type(exc).__name__}: {exc}"[:500]})
