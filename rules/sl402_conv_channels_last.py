@@ -5,15 +5,18 @@ Finds the 2-D convolutions of the step (forward, grad-input, grad-weight) whose
 activations are in PyTorch's default NCHW layout (``torch.contiguous_format``)
 while they run in bf16, fp16 or tf32, and prices each by the kernel its layout gets
 (``shapelint.physics.conv_kernels``): cuDNN's NHWC kernels transpose every NCHW
-activation they read or write (a read and a write at ``conv_transpose_efficiency``
-of the copy bandwidth); a depthwise convolution runs PyTorch's own NCHW kernel
+activation they read or write, and a weight larger than 1x1, each in a kernel of its
+own (a read and a write at ``conv_transpose_efficiency`` of the copy bandwidth, a
+kernel's fixed time and the gap before the next); a depthwise convolution runs PyTorch's own NCHW kernel
 against cuDNN's NHWC one (``depthwise_nchw_efficiency`` against
 ``depthwise_nhwc_efficiency``); a large 1x1 convolution runs as cuBLASLt GEMMs on
 NCHW without transposes (nothing to gain); a grouped one whose group width is not a
 multiple of 64 runs slower channels-last (``grouped_nhwc_efficiency``), which the
 estimate counts against the gain. The fix is
 ``model.to(memory_format=torch.channels_last)`` and channels-last inputs; one
-finding for the model covers every such convolution.
+finding for the model covers every such convolution. Its saving on the step is the
+model traced again channels-last (``Change.memory_format``): batch norms and pointwise
+ops take their channels-last kernels with the convolutions (``shapelint.price.relaid``).
 
 Convolutions whose channel counts are not 16-byte multiples are left to SL401:
 there channels-last alone was measured to gain nothing (below); pad first. A
@@ -26,11 +29,14 @@ activations have none; wav2vec2's feature encoder measured 1.00x).
 Every transpose reads and writes the whole activation, and PyTorch's NCHW
 depthwise kernel runs at a third of cuDNN's NHWC rate. Measured (H100, torch 2.11,
 cuDNN 9.19, bf16, batch 64, forward + backward, GPU kernel time; estimated with
-the H100 profile in brackets): ``Conv2d(64, 64, 3)`` at 56x56 1.59x (1.47x); a
-1x1 ``Conv2d(1024, 256)`` at 14x14 1.56x (1.47x); at 56x56 a 1x1 ``Conv2d(256,
-64)`` 1.00x (1.00x); depthwise 3x3 with 144 channels at 72x72 2.86x (3.06x), 5x5
-with 288 at 36x36 3.22x (3.06x); grouped 3x3 with 56 channels per group 0.75x
-(0.50x), with 64 per group 1.21x (1.47x). The example ConvNet's misaligned
+the H100 profile in brackets, without the gaps between kernels that kernel time
+leaves out): ``Conv2d(64, 64, 3)`` at 56x56 1.59x (1.51x); a 1x1 ``Conv2d(1024,
+256)`` at 14x14 1.56x (1.51x); at 56x56 a 1x1 ``Conv2d(256, 64)`` 1.00x (1.00x);
+depthwise 3x3 with 144 channels at 72x72 2.86x (3.28x), 5x5 with 288 at 36x36 3.22x
+(3.20x); grouped 3x3 with 56 channels per group 0.75x (0.50x), with 64 per group
+1.21x (1.50x). ResNet-50 at batch 8 (``--verify``, each call timed alone): 1.80x
+(1.88x). The MBConv stack's whole training step (batch 256, 224x224, H100): 132.7 ms
+NCHW, 53.5 ms with the whole model channels-last (estimated 132.3 and 54.5 ms). The example ConvNet's misaligned
 channels (30, 60, 100) step in 0.447 ms either way (H200); padded to 32, 64, 104,
 in 0.382 ms NCHW and 0.300 ms channels-last. The runs are in docs/benchmarks.md
 and docs/step-model.md.
@@ -56,6 +62,7 @@ from shapelint.check.rule_api import Example, RuleContext
 from shapelint.hardware import Hardware
 from shapelint.model.records import Change, Gemm, Proposal, Severity, Suggestion
 from shapelint.physics.conv import ConvCall, as_channels_last, conv_calls, misaligned_channels
+from shapelint.physics.conv_kernels import BATCH_NORM, conv_kernel
 
 CODE = "SL402"
 NAME = "conv-channels-last"
@@ -98,6 +105,23 @@ def _nchw(members: Sequence[Gemm]) -> bool:
     return any(op.copied for g in members for op in (g.a, g.b, g.out))
 
 
+def _message(flagged: Sequence[tuple[ConvCall, list[Gemm]]], modules: list[str], context: RuleContext) -> str:
+    """What runs slower on NCHW tensors (cuDNN's transposes, PyTorch's depthwise kernel),
+    and the change."""
+    shown = ", ".join(modules[:MODULES_SHOWN]) + (f" and {len(modules) - MODULES_SHOWN} more"
+                                                  if len(modules) > MODULES_SHOWN else "")
+    kinds = {conv_kernel(call) for call, _ in flagged}
+    why = [w for w, kind in (("cuDNN transposes their activations to NHWC for the tensor cores on every call",
+                              bool(kinds & {"implicit_gemm", "grouped"})),
+                             ("PyTorch runs the depthwise ones on its own NCHW kernel, about a third of the rate "
+                              "of cuDNN's NHWC one", "depthwise" in kinds)) if kind]
+    bn = " (its batch norms then run their channels-last kernels too)" \
+        if any(op.name in BATCH_NORM for op in context.ops) else ""
+    return (f"{len(modules)} convolution{'s' if len(modules) > 1 else ''} ({shown}) run on NCHW tensors: "
+            f"{', and '.join(why) or 'they run other kernels than channels-last'}; convert the model and its "
+            f"inputs with .to(memory_format=torch.channels_last){bn}")
+
+
 def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> Iterable[Proposal]:
     flagged: list[tuple[ConvCall, list[Gemm]]] = []
     for call, members in conv_calls(gemms):
@@ -111,13 +135,10 @@ def check(gemms: Sequence[Gemm], hardware: Hardware, context: RuleContext) -> It
         return
     covered = tuple(g for _, members in flagged for g in members)
     modules = list(dict.fromkeys(call.module for call, _ in flagged))
-    shown = ", ".join(modules[:MODULES_SHOWN]) + (f" and {len(modules) - MODULES_SHOWN} more"
-                                                  if len(modules) > MODULES_SHOWN else "")
     yield Proposal(CODE, NAME, SEVERITY, covered, Change(
         Suggestion("memory_format", "contiguous", "channels_last"),
         tuple(as_channels_last(g) for g in covered),
-        f"{len(modules)} convolution{'s' if len(modules) > 1 else ''} ({shown}) run on NCHW tensors: cuDNN "
-        f"transposes their activations to NHWC for the tensor cores on every call; convert the model and "
-        f"its inputs with .to(memory_format=torch.channels_last)",
+        _message(flagged, modules, context),
         (("modules", modules), ("copy_bytes", sum(g.copy_bytes for g in covered))),
+        memory_format="channels_last",
     ))

@@ -64,8 +64,9 @@ def test_whisper_vocabulary_padding_slows_the_host_bound_step_so_it_is_not_repor
     assert code == 0 and doc["findings"] == [], err
     s = doc["summary"]
     assert (s["step"]["bound"], s["step"]["host_syncs"]) == ("host", 1)
-    # (108.8151 since issue 26: the encoder's Conv1d kernels at their measured rate)
-    assert s["step_ms"] == pytest.approx(108.8151, abs=1e-3) and s["step_ms_after"] == s["step_ms"]
+    # (108.8151 since issue 26: the encoder's Conv1d kernels at their measured rate; 108.8368 since
+    # cuDNN's transposes of its NCW activations and 3-wide weights are priced as kernels of their own)
+    assert s["step_ms"] == pytest.approx(108.8368, abs=1e-3) and s["step_ms_after"] == s["step_ms"]
 
 
 def test_a_small_gpt2_head_on_a_host_bound_step_is_not_reported(tmp_path: Path,

@@ -11,8 +11,9 @@ from torch import nn
 from shapelint.check.rule_api import RuleContext
 from shapelint.hardware import resolve
 from shapelint.physics.conv import as_channels_last
+from shapelint.physics.conv_kernels import transposed_bytes
 from shapelint.pipeline.run import trace
-from shapelint.price.gemm import total_ms
+from shapelint.price.gemm import total_ms, transposes_s
 
 H100 = resolve("h100")
 
@@ -46,7 +47,14 @@ def test_nchw_conv_runs_channels_last_after_the_fix() -> None:
     # one transpose (read + write) per NCHW operand per kernel: x and y forward, dy and dx
     # for grad_input, dy and x for grad_weight
     assert f.fact("copy_bytes") == 6 * 2 * rows * 64 * 2
-    copy_ms = 1e3 * f.fact("copy_bytes") / (H100.bandwidth * H100.conv_transpose_efficiency)
+    # and the 3x3 weight (KCRS <-> KRSC) once per kernel: read, or its gradient written
+    weight = 2 * 64 * 64 * 9 * 2
+    assert [transposed_bytes(g) for g in cap.gemms] == [(2 * rows * 64 * 2, 2 * rows * 64 * 2, weight)] * 3
+    # each transpose a kernel of its own: its bytes, a kernel's fixed time and the gap before the next
+    fixed = (H100.step.min_kernel_us + H100.step.kernel_gap_us) * 1e-3
+    copy_ms = (1e3 * (f.fact("copy_bytes") + 3 * weight) / (H100.bandwidth * H100.conv_transpose_efficiency)
+               + 9 * fixed)
+    assert abs(1e3 * sum(transposes_s(g, H100) for g in cap.gemms) - copy_ms) < 1e-9
     assert abs(f.est_ms - f.est_ms_after - copy_ms) < 1e-9  # the transposes are all the fix saves
     assert f.fact("modules") == ["<root>"]
     # the suggested GEMMs are exactly those of the same conv traced on channels_last input
@@ -73,7 +81,9 @@ def test_grouped_conv_transposes_each_tensor_once() -> None:
 def test_conv_kernels_by_layout_match_the_h100_measurements() -> None:
     """NCHW over channels-last, forward + backward kernel time, bf16, batch 64 (H100,
     torch 2.11, cuDNN 9.19, issue 26): within 25% but for grouped 3x3 at 56 per group,
-    where channels-last measured 0.75x and is estimated slower still (0.50x)."""
+    where channels-last measured 0.75x and is estimated slower still (0.50x). The
+    profiler's kernel time leaves out the gaps between cuDNN's transposes and its
+    convolution, which the estimate of a call counts: they are taken out here."""
     cases = [  # (module, spatial, measured NCHW / channels-last)
         ("nn.Conv2d(256, 64, 1)", 56, 1.00), ("nn.Conv2d(232, 56, 1)", 36, 0.96),
         ("nn.Conv2d(1024, 256, 1)", 14, 1.56), ("nn.Conv2d(2048, 512, 1)", 7, 1.60),
@@ -88,7 +98,8 @@ def test_conv_kernels_by_layout_match_the_h100_measurements() -> None:
         channels = eval(module, {"nn": nn}).in_channels
         nchw, _ = run(conv(module, (64, channels, size, size)))
         nhwc, _ = run(conv(module, (64, channels, size, size), channels_last=True))
-        estimated = total_ms(nchw.gemms, H100) / total_ms(nhwc.gemms, H100)
+        gaps = sum(len(transposed_bytes(g)) for g in nchw.gemms) * H100.step.kernel_gap_us * 1e-3
+        estimated = (total_ms(nchw.gemms, H100) - gaps) / total_ms(nhwc.gemms, H100)
         errors.append(estimated / measured - 1)
     assert all(abs(e) < 0.25 for e in errors[:-1]), errors
     assert -0.4 < errors[-1] < 0

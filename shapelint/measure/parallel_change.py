@@ -45,11 +45,12 @@ def layout_change(findings: Sequence[Finding]) -> ParallelChange | None:
 
 def resizes(findings: Sequence[Finding]) -> bool:
     """Whether an edit of ``findings`` must show in the copy's parameter or input shapes:
-    any finding that changes no layout (a size). A layout change alone may leave them
-    as they were (SL603 edits nothing; SL602's head count keeps the hidden size), so the
-    copy is told apart by its layout; beside a size change, the shapes must still move,
-    or the size edit did not reach the model."""
-    return any(layout_change([f]) is None for f in findings)
+    any finding that changes neither the parallel layout nor the memory format (a size).
+    A layout change alone may leave them as they were (SL603 edits nothing; SL602's head
+    count keeps the hidden size; SL402's channels-last edits no file), so the copy is told
+    apart by its layout; beside a size change, the shapes must still move, or the size
+    edit did not reach the model."""
+    return any(layout_change([f]) is None and f.memory_format is None for f in findings)
 
 
 def describe(change: ParallelChange) -> str:

@@ -42,6 +42,7 @@ from shapelint.measure.step_variants import (
     NotApplied,
     build_copy,
     build_original,
+    in_memory_formats,
     merged_texts,
     plan,
     scratch_root,
@@ -168,13 +169,15 @@ def _measure_change(r: Result, label: str, findings: tuple[Finding, ...], before
         torch.manual_seed(opts.seed)
         built = build_copy(r, path, opts.device)
         relaid = layout_change(findings) is not None and opts.wrap_for is not None
-        if signature(built) == signature(before.built) and (not relaid or resizes(findings)):
+        unwrapped = layout_change(findings) is not None and not relaid  # a parallel layout with nothing to apply it
+        if signature(built) == signature(before.built) and (resizes(findings) or unwrapped):
             raise NotApplied("the edited copy builds the same parameter and input shapes: the size edit did not "
                              "reach the model")
         sliced = slice_padded_logits(built, findings)
         same_inputs = signature(built)[1] == signature(before.built)[1]
         wrap = opts.wrap_for(findings) if relaid and opts.wrap_for is not None else opts.wrap
-        t = make(label, built, before.inputs if same_inputs else built.inputs, wrap=wrap)
+        inputs = in_memory_formats(built, before.inputs if same_inputs else built.inputs, findings)
+        t = make(label, built, inputs, wrap=wrap)
         t.own_inputs, t.sliced = not same_inputs, sliced
         del built
         warm(t, opts.device, opts.schedule.warmup, compiled)

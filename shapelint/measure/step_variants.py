@@ -8,7 +8,9 @@ edit is in another of them). Nothing of the user's files is written. A finding t
 cannot be applied (no literal to edit, a run setting such as the batch, a throughput
 finding whose step does other work) is listed with the reason.
 
-A padded vocabulary's logits are sliced back to the tokenizer's size before the loss (a
+A change of the memory format (SL402) is no edit: the after-variant is the model built
+as written, converted as the finding says (``model.to(memory_format=...)`` and its
+inputs). A padded vocabulary's logits are sliced back to the tokenizer's size before the loss (a
 forward hook on the output layer), as the finding asks and as its estimate prices (the
 slice's strided copy).
 """
@@ -53,8 +55,8 @@ def plan(r: Result) -> tuple[list[tuple[Finding, dict[Path, str]]], list[Unappli
     not_applied: list[UnappliedFinding] = []
     for p in fix.plan([r], unsafe=True):
         f = p.finding
-        if wraps_only(r, f):  # the layout's wrapper makes the change: no file to edit
-            applied.append((f, {}))
+        if wraps_only(r, f) or f.memory_format is not None:
+            applied.append((f, {}))  # the layout's wrapper or the memory format makes the change: no file to edit
             continue
         if f.gain == "throughput":
             reason = "a throughput finding: the step does more work after it, so step times do not compare"
@@ -165,6 +167,18 @@ def build_original(r: Result, device: str) -> Built:
     opts = r.options
     return build(Path(r.target), device=device, batch=opts.batch if opts else None,
                  seq=opts.seq if opts else None, allow_builders=opts.allow_builders if opts else ())
+
+
+def in_memory_formats(built: Built, inputs: Any, findings: Sequence[Finding]) -> Any:
+    """The findings' memory formats applied as the user applies them (SL402:
+    ``model.to(memory_format=torch.channels_last)``, in place, and channels-last inputs);
+    returns the inputs converted."""
+    from shapelint.capture.memory_format import FORMATS, converted_inputs
+
+    for name in dict.fromkeys(f.memory_format for f in findings if f.memory_format is not None):
+        built.model.to(memory_format=FORMATS[name][0])  # type: ignore[call-overload]  # torch stubs lack it
+        inputs = converted_inputs(inputs, name)
+    return inputs
 
 
 def signature(built: Built) -> tuple[Any, ...]:

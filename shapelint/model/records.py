@@ -34,6 +34,9 @@ Severity = Literal["info", "warning", "error"]
 #: how a proposal's gain is counted: wall-clock time of the same work, or work per
 #: second (padding a layer or raising the batch does more work in about the same time)
 Gain = Literal["time", "throughput"]
+#: a memory format a change converts the whole model and its inputs to
+#: (``model.to(memory_format=torch.channels_last)``)
+MemoryFormat = Literal["channels_last"]
 
 def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> int:
     """A GEMM's FLOPs: a multiply and an add per (m, n, k) point."""
@@ -267,6 +270,11 @@ class Change:
     #: what the change does to the parallel layout's communication (layers it shards,
     #: FSDP2 groups it merges), applied by the step model; None: nothing
     parallel: ParallelChange | None = None
+    #: the change converts the whole model and its inputs to this memory format: every op
+    #: that reads a converted activation changes kernel (batch norm, pointwise ops), not
+    #: only the covered GEMMs, so the step model prices the step as traced in that format
+    #: (``shapelint.price.saving.StepModel``)
+    memory_format: MemoryFormat | None = None
 
 
 @dataclass(frozen=True)
@@ -401,6 +409,8 @@ class Finding:
     fuses: tuple[Op, ...] = field(default=(), compare=False, repr=False)
     #: the change's ``parallel`` (layers it shards, FSDP2 groups it merges), for the step model
     parallel: ParallelChange | None = None
+    #: the change's ``memory_format`` (the whole model converted), for the step model
+    memory_format: MemoryFormat | None = None
 
     @property
     def est_speedup(self) -> float | None:

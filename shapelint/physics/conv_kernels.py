@@ -11,10 +11,12 @@ channels-last when the input or the weight is) and then the kernel
   takes fp16 only), a channels-last one cuDNN's NHWC kernel, about 3x faster; neither
   transposes.
 - ``gemm_1x1``: a 1x1, stride-1 convolution over at least ``GEMM_1X1_MIN_PIXELS`` output
-  pixels runs as cuBLASLt GEMMs on NCHW tensors, without transposes (measured at 36^2
-  and 56^2; at 14^2 and 7^2 cuDNN's implicit GEMM with transposes ran).
+  pixels runs as cuBLASLt GEMMs on NCHW tensors, without transposes (measured at 28^2,
+  36^2 and 56^2; at 14^2 and 7^2 cuDNN's implicit GEMM with transposes ran).
 - ``grouped`` (several channels per group) and ``implicit_gemm`` (the rest): cuDNN's
-  NHWC kernels, which transpose each NCHW activation they read or write.
+  NHWC kernels, which transpose each NCHW activation they read or write, and a weight
+  (or its gradient) of a kernel larger than 1x1 (KCRS <-> KRSC; a 1x1 weight lies the
+  same in both layouts), each in a kernel of its own (``transposed_bytes``).
 
 A 1x1 stride-1 convolution on channels-last tensors is a row-major GEMM over N·H·W
 rows: with at least ``GEMM_1X1_MIN_ROWS`` of them it ran as cuBLASLt GEMMs at every
@@ -41,8 +43,9 @@ from shapelint.physics.conv import ConvCall
 ConvKernel = Literal["depthwise", "gemm_1x1", "grouped", "implicit_gemm"]
 
 #: pixels (H·W, input = output at stride 1) from which a 1x1 stride-1 NCHW convolution
-#: runs as cuBLASLt GEMMs
-GEMM_1X1_MIN_PIXELS = 1024
+#: runs as cuBLASLt GEMMs: 28^2 ran without transposes (ResNet-50 at batch 8, --verify on
+#: an H100, docs/data/corpus_findings_conv_h100_2026-11-26.json), 14^2 with them
+GEMM_1X1_MIN_PIXELS = 784
 #: rows (N·H·W) from which a 1x1 stride-1 channels-last convolution runs as cuBLASLt
 #: GEMMs whatever its pixel count (50176 measured so, 12544 not; the midpoint)
 GEMM_1X1_MIN_ROWS = 32768
@@ -98,10 +101,23 @@ def transposes(kernel: ConvKernel) -> bool:
     return kernel in ("grouped", "implicit_gemm")
 
 
+def transposed_bytes(g: Gemm) -> tuple[int, ...]:
+    """Bytes read and written by each transpose kernel cuDNN runs around convolution GEMM
+    ``g`` on NCHW tensors (none where its kernel does not transpose): one per NCHW
+    activation it reads or writes (``Gemm.copy_bytes``), and one for the weight, or the
+    weight gradient it writes, where the kernel is larger than 1x1."""
+    call, kernel = call_of(g), kernel_of(g)
+    if call is None or kernel is None or not nchw(g) or not transposes(kernel):
+        return ()
+    acts = tuple(2 * op.rows * op.cols * g.batch * g.dtype_bytes for op in (g.a, g.b, g.out) if op.copied)
+    weight = (2 * prod(call.shape("weight")) * g.dtype_bytes,) if call.kernel > 1 else ()
+    return acts + weight
+
+
 def grouped_width_fast(c: ConvCall) -> bool:
     """A grouped convolution whose group width channels-last runs at the implicit-GEMM rate."""
     return (c.in_channels // c.groups) % GROUPED_NHWC_WIDTH == 0
 
 
 __all__ = ["BATCH_NORM", "GEMM_1X1_MIN_PIXELS", "GEMM_1X1_MIN_ROWS", "GROUPED_NHWC_WIDTH", "ConvKernel", "call_of", "conv_kernel",
-           "grouped_width_fast", "kernel_of", "nchw", "transposes"]
+           "grouped_width_fast", "kernel_of", "nchw", "transposed_bytes", "transposes"]

@@ -11,10 +11,11 @@ from typing import Any
 from shapelint.capture.run import Capture
 from shapelint.hardware import Hardware
 from shapelint.model.parallel import ParallelPlan
-from shapelint.model.records import Finding, GraphBreaks
+from shapelint.model.records import Finding, Gemm, GraphBreaks, MemoryFormat, Op
 from shapelint.model.step_verification import StepVerification
 from shapelint.price import Policy, StepEstimate, StepModel
 from shapelint.price.gemm import GemmTime
+from shapelint.price.relaid import Relaid
 from shapelint.price.step import Step, StepTime
 
 
@@ -89,16 +90,45 @@ class TargetError:
     message: str
 
 
+#: what rebuilds a relaid step (``shapelint.price.relaid``) beside the capture's
+_RELAID_TYPES: dict[str, Any] = {"memory_format": MemoryFormat, "gemms": list[Gemm], "ops": list[Op],
+                                 "syncs": tuple[int, ...], "breaks": tuple[int, ...]}
+
+
 def result_to_data(result: Result) -> dict[str, Any]:
     """``result`` as inert JSON data (:mod:`shapelint.model.serial`); the step model is kept
-    as what rebuilds it from the capture (its mode, optimizer and torch.compile graphs)."""
+    as what rebuilds it from the capture (its mode, optimizer and torch.compile graphs, and
+    the step traced in another memory format where there is one)."""
     from shapelint.model import serial
 
     data: dict[str, Any] = serial.encode(replace(result, step_model=None))
     sm = result.step_model
     data["step_model"] = None if sm is None else {
-        "mode": sm.mode, "optimizer": sm.optimizer, "graphs": serial.encode(sm.step.graphs, GraphBreaks | None)}
+        "mode": sm.mode, "optimizer": sm.optimizer, "graphs": serial.encode(sm.step.graphs, GraphBreaks | None),
+        "relaid": _relaid_to_data(sm.relaid_traced)}
     return data
+
+
+def _relaid_to_data(relaid: Relaid | None) -> dict[str, Any] | None:
+    from shapelint.model import serial
+
+    if relaid is None:
+        return None
+    return {"memory_format": relaid.memory_format, "gemms": serial.encode(list(relaid.step.gemms), list[Gemm]),
+            "ops": serial.encode(list(relaid.step.ops), list[Op]), "syncs": list(relaid.step.syncs),
+            "breaks": list(relaid.step.breaks)}
+
+
+def _relaid_from_data(data: Any, step: Step) -> Relaid | None:
+    from shapelint.model import serial
+
+    if data is None:
+        return None
+    if not isinstance(data, dict) or set(data) != set(_RELAID_TYPES):
+        raise serial.DecodeError("$.step_model.relaid: expected its memory format, GEMMs, ops, syncs and breaks")
+    v = {k: serial.decode(tp, data[k]) for k, tp in _RELAID_TYPES.items()}
+    return Relaid(v["memory_format"], replace(step, gemms=v["gemms"], ops=v["ops"], syncs=v["syncs"],
+                                              breaks=v["breaks"]), step)
 
 
 def result_from_data(data: Any) -> Result:
@@ -112,14 +142,15 @@ def result_from_data(data: Any) -> Result:
     result: Result = serial.decode(Result, {**data, "step_model": None})
     if model is None:
         return result
-    if not isinstance(model, dict) or set(model) != {"mode", "optimizer", "graphs"} or model["mode"] not in MODES \
-            or not isinstance(model["optimizer"], str):
-        raise serial.DecodeError("$.step_model: expected its mode, optimizer and graphs")
+    if not isinstance(model, dict) or set(model) != {"mode", "optimizer", "graphs", "relaid"} \
+            or model["mode"] not in MODES or not isinstance(model["optimizer"], str):
+        raise serial.DecodeError("$.step_model: expected its mode, optimizer, graphs and relaid step")
     cap = result.capture
     step = Step(cap.gemms, cap.ops, cap.params, result.training, cap.syncs, cap.breaks,
                 serial.decode(GraphBreaks | None, model["graphs"]))
     try:
-        sm = StepModel(step, result.hardware, model["mode"], model["optimizer"], result.parallel)
+        sm = StepModel(step, result.hardware, model["mode"], model["optimizer"], result.parallel,
+                       _relaid_from_data(model["relaid"], step))
     except (KeyError, ValueError, TypeError, IndexError) as exc:
         raise serial.DecodeError(f"$.step_model: {exc}") from None
     return replace(result, step_model=sm)

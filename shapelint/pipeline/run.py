@@ -8,6 +8,7 @@ reporters (``shapelint.report``) render the ``Result``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from shapelint import hardware
+from shapelint.capture.memory_format import in_memory_format
 from shapelint.capture.parallel_plan import parallel_plan
 from shapelint.capture.precision import PRECISIONS, to_precision
 from shapelint.capture.run import Capture, capture
@@ -34,11 +36,12 @@ from shapelint.locate.code_sites import locate_in_code
 from shapelint.locate.config_keys import locate_all
 from shapelint.locate.knobs import advise
 from shapelint.model.parallel import Layout, ParallelPlan
-from shapelint.model.records import Finding, Op
+from shapelint.model.records import Change, Finding, Op, Proposal
 from shapelint.pipeline.result import Options, Result
 from shapelint.pipeline.settings import default
 from shapelint.price import StepModel, price, step_estimate
 from shapelint.price.gemm import gemm_times
+from shapelint.price.relaid import Relaid
 from shapelint.price.step import Step
 
 
@@ -152,19 +155,49 @@ def lint_loaded(loaded: Loaded, opts: Options, hw: Hardware | None, rules: Seque
     ctx = rule_context(target, tokens, vocab_sizes(loaded.model), sharded, plan, tuple(cap.ops))
     graphs = loaded.compile_probe() if target.compiled and loaded.compile_probe is not None else None
     step_of_capture = Step(cap.gemms, cap.ops, cap.params, training, cap.syncs, cap.breaks, graphs)
+    proposals = run_rules(rules, cap.gemms, hw, ctx)
+    retrace = functools.partial(relaid_step, loaded, inputs, target, proposals, step_of_capture) \
+        if sharded is None else None
     model = StepModel(step_of_capture, hw, "compile" if target.compiled else "eager",
-                      opts.optimizer or str(default("optimizer")), plan)
-    findings = price(run_rules(rules, cap.gemms, hw, ctx), cap.gemms, hw, opts.policy, on=model)
+                      opts.optimizer or str(default("optimizer")), plan, retrace=retrace)
+    findings = price(proposals, cap.gemms, hw, opts.policy, on=model)
     if loaded.config_file:
         findings = locate_all(findings, loaded.config_keys, loaded.config_file, tp=tp)
     elif loaded.kind == "python":
         findings = locate_in_code(findings, str(path), tp=tp, gemms=cap.gemms)
     findings = advise(findings, loaded.model, cap.gemms)
     step = step_estimate(cap.gemms, findings, hw)
+    after = model.after(findings)
+    model.settle()
     return Result(str(path), loaded.kind, precision, training, cap, tokens, findings, step, hw, loaded.config_file,
                   tp=tp, policy=opts.policy, step_model=model, step_time=model.before,
-                  step_time_after=model.after(findings), options=opts, gemm_times=gemm_times(cap.gemms, hw),
+                  step_time_after=after, options=opts, gemm_times=gemm_times(cap.gemms, hw),
                   parallel=plan)
+
+
+def relaid_step(loaded: Loaded, inputs: Any, target: Resolved, proposals: Sequence[Proposal],
+                step: Step) -> tuple[Relaid | None, str]:
+    """Where a proposal converts the whole model's memory format (SL402), the step traced
+    again with the model and its inputs in that format, as the user who follows it runs
+    it (``shapelint.price.relaid``; the step model calls this when it prices the first
+    finding that needs it). None where none does, and where the model does not
+    run in that format (a ``view`` that needs the old strides), with why: its finding is
+    then priced on its convolutions alone and says so."""
+    formats = {p.change.memory_format for p in proposals
+               if isinstance(p.change, Change) and p.change.memory_format is not None}
+    if len(formats) != 1:
+        return None, ""
+    (fmt,) = formats
+    try:
+        with loaded.fake_mode, user_code(loaded.target, "forward and backward"), refusing_compile(), \
+                in_memory_format(loaded.model, inputs, fmt) as relaid_inputs:
+            cap = capture(loaded.model, relaid_inputs, precision=target.precision, training=target.training,
+                          defined_at=loaded.defined_at)
+    except ShapelintError as exc:
+        return None, str(exc).rsplit("cannot trace the model: ", 1)[-1]
+    relaid = Relaid(fmt, Step(cap.gemms, cap.ops, cap.params, target.training, cap.syncs, cap.breaks, step.graphs),
+                    step)
+    return relaid, ""
 
 
 def lint_module(model: torch.nn.Module, example_inputs: Any, opts: Options, hw: Hardware | None,

@@ -18,9 +18,12 @@ Per GEMM (all numbers from the profile):
 - ``tile``, ``wave``: ``shapelint.physics.quantization`` for the tile that wastes
   least (cuBLAS is taken to pick the best tile of the profile's list).
 - ``copies``: an operand that needs a contiguous copy first (neither stride is 1)
-  costs a read and a write at ``memory_efficiency``; an NCHW operand of a tensor-core
-  convolution one transpose per kernel (read and write) at ``conv_transpose_efficiency``
-  of the copy bandwidth. A convolution with misaligned channels runs at
+  costs a read and a write at ``memory_efficiency``; an NCHW tensor-core convolution
+  runs a transpose kernel of its own per NCHW activation (and per weight larger than
+  1x1: ``shapelint.physics.conv_kernels.transposed_bytes``), each its read and write at
+  ``conv_transpose_efficiency`` of the copy bandwidth plus a kernel's fixed time and
+  the gap before the next (the step profile's ``min_kernel_us`` and ``kernel_gap_us``:
+  small convolutions spend most of their transposes' time there). A convolution with misaligned channels runs at
   ``conv_misaligned_efficiency`` of the aligned kernel's pace, memory-bound or not.
 
 A ``_grouped_mm`` whose operands take aten's per-group fallback (MoE experts over fp32
@@ -41,7 +44,7 @@ from shapelint.hardware import Hardware
 from shapelint.model.records import ATTN_ROLES, Gemm
 from shapelint.physics.alignment import gemm_alignment, input_alignment, is_aligned, output_alignment
 from shapelint.physics.attention import WITH_BIAS, WITH_DROPOUT, is_fused
-from shapelint.physics.conv_kernels import call_of, grouped_width_fast, kernel_of, nchw, transposes
+from shapelint.physics.conv_kernels import call_of, grouped_width_fast, kernel_of, nchw, transposed_bytes, transposes
 from shapelint.physics.gemm_shapes import grouped_fallback
 from shapelint.physics.quantization import quantization
 
@@ -217,9 +220,17 @@ def _conv_time(g: Gemm, hw: Hardware) -> GemmTime:
         tile, wave = q.tile, q.wave
     compute = g.flops / (peak * align * tile * wave)
     memory = g.min_bytes / (hw.bandwidth * eff) / align
-    copies = g.copy_bytes / (hw.bandwidth * hw.conv_transpose_efficiency) if transposing else 0.0
+    copies = transposes_s(g, hw) if transposing else 0.0
     seconds = max(compute, memory, hw.min_gemm_us * 1e-6) + copies
     return GemmTime(seconds, compute, memory, align, tile, wave)
+
+
+def transposes_s(g: Gemm, hw: Hardware) -> float:
+    """The transpose kernels cuDNN runs around an NCHW convolution GEMM: each moves its
+    bytes at ``conv_transpose_efficiency`` of the copy bandwidth, after a kernel's fixed
+    time and the gap between kernels."""
+    fixed = (hw.step.min_kernel_us + hw.step.kernel_gap_us) * 1e-6
+    return sum(b / (hw.bandwidth * hw.conv_transpose_efficiency) + fixed for b in transposed_bytes(g))
 
 
 def gemm_times(gemms: Iterable[Gemm], hw: Hardware) -> tuple[GemmTime, ...]:

@@ -150,6 +150,7 @@ def price_one(p: Proposal, hw: Hardware, policy: Policy = Policy()) -> Finding |
         vocab=change.vocab,
         fuses=change.fuses,
         parallel=change.parallel,
+        memory_format=change.memory_format,
         recorded_ms=sum(recorded) if p.now is not None else None,
         reference_ms=tuple((name, work_ms(work, hw)) for name, work in p.references),
     )

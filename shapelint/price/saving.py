@@ -21,6 +21,7 @@ from shapelint.price.communication import (
 )
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.inductor import inductor_laid_out, pad_mm_padded
+from shapelint.price.relaid import Relaid, Retrace, relaid_for
 from shapelint.price.step import Mode, Step, StepTime, side_ms, step_time
 
 
@@ -51,11 +52,18 @@ def inductor_note(padded: int, laid_out: int, total: int) -> str:
 
 
 class StepModel:
-    """The training step a finding is priced on (``shapelint.price.step``)."""
+    """The training step a finding is priced on (``shapelint.price.step``). ``relaid`` is
+    the same step traced with the whole model in another memory format: a finding that
+    converts the model (``Finding.memory_format``) is priced on it
+    (``shapelint.price.relaid``). ``retrace`` traces it when the first such finding is
+    priced (a convnet's second trace is paid only where its finding is); ``relaid_refused``
+    is why the model did not run in that format, where it did not."""
 
     def __init__(self, step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw",
-                 parallel: ParallelPlan | None = None) -> None:
+                 parallel: ParallelPlan | None = None, relaid: Relaid | None = None,
+                 retrace: Retrace | None = None) -> None:
         self.step, self.hw, self.mode, self.optimizer, self.parallel = step, hw, mode, optimizer, parallel
+        self._relaid, self._refused, self._retrace = relaid, "", retrace
         self.before = self._timed(step_time(self._rank_step, hw, mode, optimizer))
         if mode == "compile":
             eager = self._timed(step_time(self._rank_step, hw, "eager", optimizer))
@@ -63,14 +71,37 @@ class StepModel:
                 self.before = replace(self.before, note=self._slower_than_eager(eager))
 
     @property
+    def relaid(self) -> Relaid | None:
+        """The relaid step, traced on first use."""
+        if self._retrace is not None:
+            retrace, self._retrace = self._retrace, None
+            self._relaid, self._refused = retrace()
+        return self._relaid
+
+    def settle(self) -> None:
+        """The lint is priced: a relaid step no finding needed is not traced later (the
+        retrace holds the loaded model)."""
+        self._retrace = None
+
+    @property
+    def relaid_traced(self) -> Relaid | None:
+        """The relaid step where it was traced (a finding needed it), without tracing it."""
+        return self._relaid
+
+    @property
+    def relaid_refused(self) -> str:
+        return self._refused if self.relaid is None else ""
+
+    @property
     def _rank_step(self) -> Step:
         """The step one rank runs: under a parallel layout, its own parameters' optimizer."""
         return self._step_of(self.parallel)
 
-    def _step_of(self, plan: ParallelPlan | None) -> Step:
+    def _step_of(self, plan: ParallelPlan | None, step: Step | None = None) -> Step:
+        step = step or self.step
         if plan is None or not plan.layout.parallel:
-            return self.step
-        return replace(self.step, params=plan.rank_params)
+            return step
+        return replace(step, params=plan.rank_params)
 
     def communication(self, one_gpu: StepTime | None = None, plan: ParallelPlan | None = None) -> Communication:
         """What the parallel layout (``plan``, default the step's) adds to the step (nothing on one GPU)."""
@@ -104,16 +135,31 @@ class StepModel:
 
     def after(self, findings: Iterable[Finding]) -> StepTime:
         """The step with every given (unsuppressed) finding applied; a GEMM two findings
-        cover counts once, at the better after-time."""
+        cover counts once, at the better after-time. Where one converts the whole model's
+        memory format, the step is the relaid one (its own GEMM and op times), with the
+        other findings' GEMM after-times and fused ops carried over to it."""
         taken = [f for f in findings if f.gain != "throughput"]
-        slices = dict.fromkeys(s for f in taken if not f.suppressed for s in f.slices)
+        live = [f for f in taken if not f.suppressed]
+        slices = dict.fromkeys(s for f in live for s in f.slices)
         extra = side_ms(slices, self.hw, self.mode, self.step.training)
         plan = self.parallel
         if plan is not None:
-            plan = applied(plan, [f.parallel for f in taken if not f.suppressed and f.parallel is not None])
-        fused = frozenset(op.index for f in taken if not f.suppressed for op in f.fuses)
-        return self._timed(step_time(self._step_of(plan), self.hw, self.mode, self.optimizer, best_after(taken), extra,
-                                     fused), plan)
+            plan = applied(plan, [f.parallel for f in live if f.parallel is not None])
+        step, times, fused = self._applied(taken, plan)
+        return self._timed(step_time(step, self.hw, self.mode, self.optimizer, times, extra, fused), plan)
+
+    def _applied(self, taken: Sequence[Finding], plan: ParallelPlan | None
+                 ) -> tuple[Step, dict[int, float], frozenset[int]]:
+        """The step the findings ``taken`` run on (the relaid one where one converts the
+        model's memory format), their GEMM after-times and the positions of the ops they fuse."""
+        live = [f for f in taken if not f.suppressed]
+        fused_at = [op.index for f in live for op in f.fuses]
+        formats = [f.memory_format for f in live]
+        relaid = relaid_for(formats, self.relaid) if any(m is not None for m in formats) else None
+        if relaid is None:
+            return self._step_of(plan), best_after(taken), frozenset(fused_at)
+        others = best_after(f for f in taken if f.memory_format is None)
+        return self._step_of(plan, relaid.step), others, relaid.ops(fused_at)
 
     def priced(self, f: Finding) -> tuple[Finding, float]:
         """``f`` with its step saving, and the GPU time it saves (the policy's measure)."""
@@ -130,7 +176,22 @@ class StepModel:
                     f"({self.before.host_ms:.1f} ms of host time; hosts differ up to 2x, `shapelint calibrate` "
                     f"measures yours); this saves {gpu_saved:.2f} ms of GPU time, which shows "
                     "once the step is GPU-bound (torch.compile, CUDA graphs, a larger batch)")
+        note = note or self._relaid_note(f)
         return replace(f, step_ms=self.before.ms, step_ms_saved=self.before.ms - after.ms, step_note=note), gpu_saved
+
+    def _relaid_note(self, f: Finding) -> str:
+        """How a change of the model's memory format was priced: on the relaid step, or,
+        where the model did not run in that format, on the covered GEMMs alone and why."""
+        if f.memory_format is None:
+            return ""
+        if relaid_for([f.memory_format], self.relaid) is not None:
+            return (f"priced on the step traced with the whole model {f.memory_format}: its batch norms and "
+                    "pointwise ops change kernels with the convolutions")
+        if self.relaid_refused:
+            hint = " (.reshape where it views an activation)" if "view" in self.relaid_refused else ""
+            return (f"the model as written does not run {f.memory_format} ({self.relaid_refused}): its forward "
+                    f"must change first{hint}; priced on the convolutions alone")
+        return ""
 
     def _grouped(self, f: Finding) -> tuple[Finding, float]:
         """An FSDP2 grouping finding: the smallest block count per group whose step saving
