@@ -269,8 +269,9 @@ BIAS_OPS = ("add", "add_", "sub", "sub_")
 MASKING_OPS = MASK_FILL_OPS + BIAS_OPS
 DROPOUT_OPS = ("native_dropout",)
 #: extra keys of a fused record made from hand-written attention: the kernel takes an
-#: additive mask (every tile at ``bias_attention_efficiency``) / draws dropout (the
-#: records standing for a whole kernel carry its ``attention_dropout_ps`` time)
+#: additive mask (every tile at its kernel's bias rate) / draws dropout (the records
+#: standing for a whole kernel carry its dropout time); a bias that needs its gradient
+#: carries ``bias_grad`` (its element size) as a captured call's records do
 WITH_BIAS, WITH_DROPOUT = "with_bias", "with_dropout"
 
 
@@ -298,6 +299,7 @@ def fused(g: Gemm, tq: int, tk: int, op: str, needs: ChainNeeds = ChainNeeds(), 
     role: Role = "attn_scores" if not out.in_memory else "attn_values"
     extra: tuple[tuple[str, object], ...] = (("is_causal", False),)
     extra += (("kernel", kernel),) if kernel else ()
+    extra += (("bias_grad", g.dtype_bytes),) if needs.bias_grad else ()
     extra += ((WITH_BIAS, True),) if needs.bias else ()
     extra += ((WITH_DROPOUT, True),) if needs.dropout and whole else ()
     return replace(g, op=op, a=a, b=b, out=out, role=role, extra=extra)
@@ -368,10 +370,10 @@ class HandWritten:
         return (fused(self.qk, self.tq, self.tk, "sdpa.qk", needs, kernel=self.kernel(needs)),)
 
     def bias_grad_bytes(self, needs: ChainNeeds) -> int:
-        """Bytes the fused backward writes for the gradient of a bias that needs one: the
-        expanded [B·H, Tq, Tk] in the scores' dtype (under autocast SDPA takes the mask
-        in the compute dtype), as ``_efficient_attention_backward`` writes it."""
-        return self.score_elems * self.pv.dtype_bytes if needs.bias_grad and self.backward else 0
+        """Bytes the fused backward writes for the gradient of a bias that needs one
+        (:func:`bias_grad_bytes`: its record carries ``bias_grad``, the scores' element
+        size, as under autocast SDPA takes the mask in the compute dtype)."""
+        return bias_grad_bytes(self.fused(needs)[0]) if self.backward else 0
 
 
 def find_hand_written(gemms: Sequence[Gemm]) -> dict[str, list[HandWritten]]:
