@@ -5,9 +5,10 @@ A memory-bound kernel moves its bytes at a fraction of the datasheet bandwidth t
 depends on its class (the profile's ``step`` table), and never takes less than the
 shortest kernel (``min_kernel_us``). The optimizer runs ``multi_tensor_apply``
 launches. An attention op is its GEMMs on the kernel PyTorch picks
-(``shapelint.physics.attention``), plus dropout, flash's copies of a padded head
-dimension and, backward, the expanded gradient of a position bias that needs one;
-PyTorch's math kernel is unfused fp32 GEMMs and softmax passes.
+(``shapelint.physics.attention``) at that kernel's rates (``shapelint.price.gemm``: under
+torch.compile's mask, the kernel that takes the masked call), plus dropout, flash's copies
+of a padded head dimension and, backward, the expanded gradient of a position bias that
+needs one; PyTorch's math kernel is unfused fp32 GEMMs and softmax passes.
 """
 
 from __future__ import annotations
