@@ -202,3 +202,26 @@ def test_speecht5_encoder_fix_is_priced_on_the_memory_efficient_kernel(capsys: p
     per_layer_after = f["est_ms_after"] / 12
     assert 1.4 < per_layer_after < 1.8  # 1.47 ms measured + the bias gradient
     assert 2.8 < f["est_speedup"] < 4.0  # was 9.34 (cuDNN's rate) where the fix runs ~2.8x
+
+
+def test_under_compile_the_masked_call_is_priced_on_the_kernel_that_takes_it() -> None:
+    """Head dimension 160 in training: eager, flash (cuDNN's backward refuses 160); under
+    torch.compile a Hugging Face call gets a causal mask, which flash refuses: the
+    memory-efficient kernel runs every tile, at its rate with a bias."""
+    from shapelint.capture.sdpa import compile_builds_mask
+
+    token = compile_builds_mask.set(True)
+    try:
+        cap, _ = trace(lambda: (Attend(1024, causal=True), torch.randn(8, 16, 1024, 160, requires_grad=True)),
+                       precision="bf16")
+    finally:
+        compile_builds_mask.reset(token)
+    forward = [g for g in cap.gemms if g.op.startswith("sdpa.") and g.phase == "forward"]
+    assert {(dict(g.extra)["kernel"], dict(g.extra)["compiled"]) for g in forward} == {("flash", "efficient")}
+    full = [with_kernel(replace(g, extra=tuple((k, False if k == "is_causal" else v) for k, v in g.extra)),
+                        "efficient") for g in forward]
+    compiled, _ = attention_ms(forward, H100, "compile")
+    assert compiled == pytest.approx(sum(gemm_ms(g, H100) for g in full) / 0.86)
+    # every tile (1 / 0.55 of eager's) at the memory-efficient rate with a bias: 7.0x the eager flash time
+    eager, _ = attention_ms(forward, H100, "eager")
+    assert compiled / eager == pytest.approx(1 / (0.55 * 0.30 * 0.86), rel=0.02)
