@@ -225,3 +225,23 @@ def test_under_compile_the_masked_call_is_priced_on_the_kernel_that_takes_it() -
     # every tile (1 / 0.55 of eager's) at the memory-efficient rate with a bias: 7.0x the eager flash time
     eager, _ = attention_ms(forward, H100, "eager")
     assert compiled / eager == pytest.approx(1 / (0.55 * 0.30 * 0.86), rel=0.02)
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("efficient_attention_efficiency", 1.5, "efficient_attention_efficiency"),
+    ("efficient_bias_attention_efficiency", 0.0, "efficient_bias_attention_efficiency"),
+    ("efficient_attention_dropout_ps", -1.0, "efficient_attention_dropout_ps"),
+])
+def test_a_profile_checks_the_efficient_kernel_keys(key: str, value: float, expected: str) -> None:
+    """A profile's ``step:`` table may set them (a calibrated GPU's file): a fraction, a
+    fraction, a time; anything else is one error naming the key. Unset, the architecture's."""
+    import yaml
+
+    from shapelint.errors import ShapelintError
+    from shapelint.hardware import PROFILE_DIR, profile_from_dict
+
+    doc = yaml.safe_load((PROFILE_DIR / "h100-sxm.yaml").read_text())
+    assert profile_from_dict(doc, "h100-sxm").step.efficient_attention_efficiency == 0.30  # from _arch.yaml
+    with pytest.raises(ShapelintError, match=expected):
+        profile_from_dict({**doc, "step": {**(doc.get("step") or {}), key: value}}, "h100-sxm")
+    assert profile_from_dict({**doc, "step": {key: 0.5}}, "h100-sxm").step.__dict__[key] == 0.5
