@@ -245,3 +245,36 @@ def test_a_profile_checks_the_efficient_kernel_keys(key: str, value: float, expe
     with pytest.raises(ShapelintError, match=expected):
         profile_from_dict({**doc, "step": {**(doc.get("step") or {}), key: value}}, "h100-sxm")
     assert profile_from_dict({**doc, "step": {key: 0.5}}, "h100-sxm").step.__dict__[key] == 0.5
+
+
+class MaskedMHA(nn.Module):
+    """nn.MultiheadAttention with weights and a float attn_mask: F.multi_head_attention_forward
+    adds the mask in its QKᵀ ``baddbmm`` (WavLM's gated position bias reaches it so);
+    ``learned``: the mask is a parameter (it needs its gradient)."""
+
+    def __init__(self, learned: bool, dim: int = 512, heads: int = 8, seq: int = 1024) -> None:
+        super().__init__()
+        self.mha = nn.MultiheadAttention(dim, heads, batch_first=True)
+        mask = torch.zeros(seq, seq)
+        self.mask = nn.Parameter(mask) if learned else None
+        self.register_buffer("fixed", None if learned else mask)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = self.mask if self.mask is not None else self.fixed
+        return self.mha(x, x, x, attn_mask=mask)[0]
+
+
+@pytest.mark.parametrize(("learned", "kernel"), [(False, "cudnn"), (True, "efficient")])
+def test_a_mask_added_in_the_scores_baddbmm_goes_to_the_fused_call(learned: bool, kernel: str) -> None:
+    cap, (f,), _ = _sl302(lambda: (MaskedMHA(learned), torch.randn(4, 1024, 512)))
+    qk = next(g for g in cap.gemms if g.op == "baddbmm" and g.phase == "forward")
+    assert dict(qk.extra) == {"adds_input": True}
+    assert {dict(g.extra)["kernel"] for g in f.after} == {kernel}
+    assert all(dict(g.extra)["with_bias"] for g in f.after)
+    assert all(("bias_grad" in dict(g.extra)) == learned for g in f.after)
+    # --verify adds the mask on both sides (the replayed chain has no op that adds it)
+    cap, (small,), _ = _sl302(lambda: (MaskedMHA(learned, 256, 4, 512), torch.randn(2, 512, 256)))
+    block = gpu_block_runner("cpu")(small, {g.index: g for g in cap.gemms})
+    assert block is not None
+    unfused, fused = block
+    assert len(fused()) == len(unfused()) == 3 + learned

@@ -18,6 +18,7 @@ from shapelint.physics.attention import (
     HandWritten,
     softmax_traffic_bytes,
 )
+from shapelint.physics.gemm_shapes import ADDS_INPUT
 
 
 def softmax_bytes_of(atts: Sequence[HandWritten]) -> int:
@@ -40,11 +41,12 @@ def chain_names(chain: Sequence[Op]) -> str:
 
 def chain_needs(chain: Sequence[Op], atts: Sequence[HandWritten] = (), ops: Sequence[Op] = (),
                 marker: dict[int, Op] | None = None) -> ChainNeeds:
-    """A score chain's mask or bias and its dropout, by the forward ops it ran; whether
-    the bias needs its gradient, where the op stream (``ops``, with ``atts``, the
-    attentions the chain belongs to) shows it (:func:`bias_needs_grad`)."""
+    """A score chain's mask or bias (an op of the chain adds it, or the QKᵀ ``baddbmm``
+    of one of ``atts`` does) and its dropout, by the forward ops it ran; whether the bias
+    needs its gradient, where the op stream (``ops``, with ``atts``, the attentions the
+    chain belongs to) shows it (:func:`bias_needs_grad`)."""
     names = {op.name for op in chain if not op.backward}
-    bias = bool(names & set(MASKING_OPS))
+    bias = bool(names & set(MASKING_OPS)) or any(dict(att.qk.extra).get(ADDS_INPUT) for att in atts)
     grad = bias and bool(atts) and bias_needs_grad(atts, chain, ops, marker)
     return ChainNeeds(bias, bool(names & set(DROPOUT_OPS)), grad)
 
