@@ -129,12 +129,13 @@ def _too_large(call: tuple[Gemm, ...], d: int, align: int) -> Proposal:
 
     def at(sizes: tuple[int, ...]) -> Change:
         to = min(sizes[0], att.MAX_FUSED_HEAD_DIM)
+        kernel = att.kernel_at(call, to)  # the kernel the split heads run on
         if heads:
             suggestion = Suggestion(heads[0], heads[1], heads[1] * split)
         else:
             suggestion = Suggestion(named[0] if named else (g.param(d) or "head_dim"), d, to)
         return Change(
-            suggestion, tuple(replace(resize(h, d, to), batch=h.batch * split) for h in call),
+            suggestion, tuple(att.with_kernel(replace(resize(h, d, to), batch=h.batch * split), kernel) for h in call),
             f"head_dim = {d} is above {att.MAX_FUSED_HEAD_DIM}: no flash / cuDNN attention kernel takes it, so "
             f"PyTorch runs the memory-efficient or math kernel; split each head in {split} "
             f"(head_dim {to}, {split}x the heads)",

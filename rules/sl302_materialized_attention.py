@@ -7,8 +7,10 @@ scores, in one module (also ``nn.MultiheadAttention`` with ``need_weights=True``
 default). Before: the two GEMMs and every op the step recorded over the scores
 (scaling, a mask or bias, autocast's fp32 casts around the softmax, dropout, and
 their backward), each priced as the step prices it. After: the fused kernel's GEMMs
-(scores on chip, QKᵀ recomputed in backward), with an additive mask where the chain
-masked (``bias_attention_efficiency``) and its dropout.
+(scores on chip, QKᵀ recomputed in backward) on the kernel PyTorch picks for the call
+the fix makes (cuDNN; the memory-efficient kernel where the bias needs its gradient),
+with an additive mask where the chain masked and its dropout, at that kernel's rates,
+and the expanded gradient of a bias that needs one.
 
 ## Why is this bad?
 Each pass over a ``B·H·Tq·Tk`` matrix costs memory bandwidth that grows with the
@@ -46,14 +48,11 @@ from torch import nn
 from shapelint.check.rule_api import Example, RuleContext
 from shapelint.hardware import Hardware
 from shapelint.model.records import Change, Gemm, Op, Proposal, Severity, Suggestion, Work
-from shapelint.physics.attention import (
-    GEMM_PASSES_BACKWARD,
-    GEMM_PASSES_FORWARD,
-    HandWritten,
+from shapelint.physics.attention import GEMM_PASSES_BACKWARD, GEMM_PASSES_FORWARD, HandWritten, find_hand_written
+from shapelint.physics.score_chain import (
     chain_names,
     chain_needs,
     chain_traffic_bytes,
-    find_hand_written,
     score_chain,
     softmax_bytes_of,
 )
@@ -121,7 +120,7 @@ def _proposal(atts: list[HandWritten], context: RuleContext) -> Proposal:
     score_bytes = sum(att.score_elems for att in atts) * first.pv.dtype_bytes
     # the ops the step runs over the scores as recorded (no op stream: the softmax's passes)
     chain = tuple(op for att in atts for op in score_chain(att, context.ops, context.gemm_markers))
-    needs = chain_needs(chain)
+    needs = chain_needs(chain, atts, context.ops, context.gemm_markers)
     chain_bytes = chain_traffic_bytes(atts, chain)
     passes = GEMM_PASSES_FORWARD + GEMM_PASSES_BACKWARD * training + round(chain_bytes / score_bytes)
     change = Change(
@@ -130,8 +129,9 @@ def _proposal(atts: list[HandWritten], context: RuleContext) -> Proposal:
         (("seq_q", first.tq), ("seq_k", first.tk), ("head_dim", first.qk.k), ("score_bytes", score_bytes),
          ("score_passes", passes), ("traffic_bytes", score_bytes * passes),
          ("softmax_bytes", softmax_bytes_of(atts)), ("chain_bytes", chain_bytes), ("score_kernels", len(chain))),
-        # the fused backward computes QKᵀ again
-        added=Work(tuple(g for att in atts for g in att.recompute(needs))),
+        # the fused backward computes QKᵀ again, and writes a bias's gradient expanded
+        added=Work(tuple(g for att in atts for g in att.recompute(needs)),
+                   sum(att.bias_grad_bytes(needs) for att in atts)),
         fuses=chain,
     )
     # now: the GEMMs plus the ops over the scores no GEMM record carries; the fix is in

@@ -170,21 +170,22 @@ def attention(gemms: Sequence[Gemm]) -> Counter[tuple[str, bool, int, int]]:
     ("gemma-2b", "cudnn", True, 256, 256),
     # DeepSeek's MLA: q/k 128 + 64 rope dims, v 128; fused, in bf16
     ("deepseek-v2-lite", "cudnn", True, 192, 128),
-    # a relative-position bias that needs a gradient: cuDNN and flash refuse it
-    ("t5-small", "efficient", False, 64, 64),
+    # a relative-position bias that needs a gradient: cuDNN and flash refuse it; the
+    # cross-attentions' zero bias needs none: cuDNN (as measured on an H100 for T5-base)
+    ("t5-small", "efficient,cudnn", False, 64, 64),
     ("swin-tiny-patch4-window7-224", "efficient", False, 32, 32),
     # ALiBi: an additive bias needing no gradient, which cuDNN takes
     ("falcon-rw-1b", "cudnn", False, 64, 64),
-    # attention dropout 0.1 is finer than cuDNN's 1/16 steps: flash
-    ("bert-base-uncased", "flash", False, 64, 64),
-    ("gpt2", "flash", True, 64, 64),
+    # attention dropout 0.1: cuDNN, as torch 2.11 runs it (docs/attention-kernels.md)
+    ("bert-base-uncased", "cudnn", False, 64, 64),
+    ("gpt2", "cudnn", True, 64, 64),
     ("vit-base-patch16-224", "cudnn", False, 64, 64),
 ])
 def test_attention_is_the_gpu_kernel(name: str, kernel: str, causal: bool, d_qk: int, d_v: int,
                                      small: dict[str, Path]) -> None:
     gemms, _ = traced(small[name])
     calls = attention(gemms)
-    assert set(calls) == {(kernel, causal, d_qk, d_v)}
+    assert set(calls) == {(k, causal, d_qk, d_v) for k in kernel.split(",")}
     assert all(g.dtype == "bf16" for g in gemms if g.op.startswith("sdpa."))
 
 

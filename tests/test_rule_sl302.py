@@ -161,8 +161,8 @@ def test_the_score_chain_is_priced_op_by_op_as_recorded() -> None:
     assert f.fact("chain_bytes") == sum(op.bytes for op in f.fuses)
     assert f.fact("softmax_bytes") == softmax_traffic_bytes(scores, 2, True)  # its meaning kept
     assert "mul, masked_fill, _to_copy, _softmax kernels (and their backward)" in f.message
-    # after: the fused kernel with the mask as an additive bias, at bias_attention_efficiency
-    assert f.after[0].extra == (("is_causal", False), ("with_bias", True))
+    # after: cuDNN (a constant mask) with the mask as an additive bias, at bias_attention_efficiency
+    assert f.after[0].extra == (("is_causal", False), ("kernel", "cudnn"), ("with_bias", True))
     assert 7 < f.est_speedup < 11  # measured 9.43x at (768, 12), H100, 2026-11-26
 
 

@@ -398,7 +398,9 @@ def test_compile_gives_hugging_face_calls_a_mask_and_the_kernel_follows() -> Non
     assert (gpu_kernel(hd100), gpu_kernel(compiled_call(hd100, True))) == ("flash", "math")
     # BERT: a bidirectional mask expanded over the keys (last-dim stride 0): math
     bert = _call(is_causal=False, seq_q=512, seq_k=512, dropout_p=0.1)
-    assert (gpu_kernel(bert), gpu_kernel(compiled_call(bert, False))) == ("flash", "math")
+    assert (gpu_kernel(bert), gpu_kernel(compiled_call(bert, False))) == ("cudnn", "math")
+    # dropout 0.1 with the causal mask: cuDNN (torch 2.11's _fused_sdp_choice, measured)
+    assert gpu_kernel(compiled_call(_call(dropout_p=0.1), True)) == "cudnn"
     assert gpu_kernel(compiled_call(_call(is_causal=False), False)) == "math"
 
 
@@ -419,7 +421,7 @@ def test_attention_price_eager_masked_and_math() -> None:
     st = _attention_step(causal=True, dropout=0.1)
     forward = [g for g in st.gemms if g.phase == "forward"]
     assert [dict(g.extra) for g in forward[:1]] == [
-        {"is_causal": True, "kernel": "flash", "compiled": "efficient", "dropout": 0.1}]
+        {"is_causal": True, "kernel": "cudnn", "compiled": "cudnn", "dropout": 0.1}]
     drop = H100.step.attention_dropout_ps * 1e-9  # ms per score element
     assert H100.step.attention_dropout_ps == 0.8 and H100.step.masked_attention_efficiency == 0.83
     # eager: the fused GEMMs (causal: 0.55 of the tiles) and dropout over the tiles computed
@@ -458,9 +460,9 @@ def test_hugging_face_masks_under_compile(tmp_path) -> None:
         cap = _hf_capture(tmp_path / name, cfg)
         kernels[name] = {(dict(g.extra)["kernel"], dict(g.extra).get("compiled")) for g in cap.gemms
                          if g.op.startswith("sdpa.")}
-    # eager: no mask (is_causal / none), as on a GPU; compiled: transformers builds one (GPT-2:
-    # the dispatcher shapelint mirrors refuses cuDNN for dropout 0.1; torch 2.11 ran cuDNN: priced alike)
-    assert kernels == {"gpt2": {("flash", "efficient")}, "bert": {("flash", "math")}}
+    # eager: no mask (is_causal / none), as on a GPU; compiled: transformers builds one (GPT-2's
+    # dropout 0.1 with it: cuDNN, as torch 2.11 ran it; BERT's expanded padding vector: math)
+    assert kernels == {"gpt2": {("cudnn", "cudnn")}, "bert": {("cudnn", "math")}}
 
 
 class Lookup(nn.Module):

@@ -41,10 +41,10 @@ from shapelint.model.records import (
     Suggestion,
 )
 from shapelint.physics.alignment import is_aligned
-from shapelint.physics.attention import gemm_markers
 from shapelint.physics.quantization import Cause, shape_waste, waste
 from shapelint.physics.reshape import resize, resized_dims
 from shapelint.physics.roofline import compute_bound
+from shapelint.physics.score_chain import gemm_markers
 
 
 @dataclass(frozen=True)

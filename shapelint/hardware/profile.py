@@ -76,6 +76,16 @@ class StepProfile:
     #: over N·H·W per channel, its weight and bias gradients) with its fused pointwise
     #: ops, by the bytes its fused region reads and writes; where not measured, pointwise
     fused_norm_efficiency: float = 0.9
+    #: PyTorch's memory-efficient attention kernel (what runs a bias that needs its
+    #: gradient, or where cuDNN and flash refuse the call) in bf16/fp16: the fraction of
+    #: the fitted fused rate (``attention_efficiency``, which cuDNN and flash share) it
+    #: reaches, the fraction of that it keeps with an additive mask or bias, and its
+    #: dropout's GPU time per score element per pass at head dimension 64, picoseconds
+    #: (it grows with the head dimension; ``shapelint.price.gemm``). Every architecture's
+    #: table sets them; 1, 1 and 0 where not measured, as for the other kernels
+    efficient_attention_efficiency: float = 1.0
+    efficient_bias_attention_efficiency: float = 1.0
+    efficient_attention_dropout_ps: float = 0.0
 
 
 STEP_KEYS = tuple(StepProfile.__dataclass_fields__)

@@ -128,7 +128,9 @@ HOST_STEP = (12, 256, 512)
 #: step keys calibrate does not measure: a calibrated profile keeps its architecture's
 #: values (``_arch.yaml``), which come from whole attention kernels timed with and
 #: without a mask and dropout (docs/step-measurements.md), not from one probe
-NOT_MEASURED = ("masked_attention_efficiency", "attention_dropout_ps", "bias_attention_efficiency")
+NOT_MEASURED = ("masked_attention_efficiency", "attention_dropout_ps", "bias_attention_efficiency",
+                "efficient_attention_efficiency", "efficient_bias_attention_efficiency",
+                "efficient_attention_dropout_ps")
 
 
 def measure_step(timer: KernelTimer, base: Hardware,

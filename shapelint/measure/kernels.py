@@ -137,7 +137,7 @@ def gpu_block_runner(device: str = "cuda") -> BlockRunner:
     import torch
     import torch.nn.functional as F
 
-    from shapelint.measure.score_chain import DROPOUT_P, finding_chain, fused_mask, replay
+    from shapelint.measure.score_chain import DROPOUT_P, finding_chain, fused_bias, replay
 
     def runner(f: Finding, by_index: dict[int, Gemm]) -> tuple[Callable[[], object], Callable[[], object]] | None:
         covered = [by_index[i] for i in f.gemms]
@@ -151,7 +151,8 @@ def gpu_block_runner(device: str = "cuda") -> BlockRunner:
         chain = finding_chain(f, pv.dtype_bytes)
         dtypes = {4: torch.float32, pv.dtype_bytes: dtype}
         training = any(g.phase != "forward" for g in covered)
-        mask = fused_mask(chain, tq, tk, dtype, device)
+        # learned: () or the mask, where the fix's bias needs its gradient (both sides take it)
+        mask, learned = fused_bias(f, chain, training, (1, bh, tq, tk), dtype, device)
         drop = DROPOUT_P * (chain.dropout and training)
         q = torch.randn(1, bh, tq, d, dtype=dtype, device=device, requires_grad=True)
         k = torch.randn(1, bh, tk, d, dtype=dtype, device=device, requires_grad=True)
@@ -159,15 +160,16 @@ def gpu_block_runner(device: str = "cuda") -> BlockRunner:
         grad = torch.randn(1, bh, tq, dv, dtype=dtype, device=device)
 
         def unfused_forward() -> torch.Tensor:
-            return replay(chain, q @ k.transpose(-1, -2), dtypes, tq, tk).to(dtype) @ v
+            return replay(chain, q @ k.transpose(-1, -2), dtypes, tq, tk, *learned).to(dtype) @ v
 
         def fused_forward() -> torch.Tensor:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
 
         if not training:  # inference: the forward pass alone
             return unfused_forward, fused_forward
-        return (lambda: torch.autograd.grad(unfused_forward(), (q, k, v), grad),
-                lambda: torch.autograd.grad(fused_forward(), (q, k, v), grad))
+        inputs = (q, k, v, *learned)
+        return (lambda: torch.autograd.grad(unfused_forward(), inputs, grad),
+                lambda: torch.autograd.grad(fused_forward(), inputs, grad))
 
     return runner
 

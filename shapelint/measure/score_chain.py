@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shapelint.model.records import Finding, Op
-from shapelint.physics.attention import BIAS_OPS, DROPOUT_OPS, MASK_FILL_OPS, MASKING_OPS
+from shapelint.physics.attention import BIAS_OPS, DROPOUT_OPS, MASK_FILL_OPS, MASKING_OPS, WITH_BIAS
 
 #: recorded op names that cast (their output's element size says to what)
 _CASTS = ("_to_copy", "to", "copy_", "clone", "contiguous", "_to_dtype")
@@ -70,16 +70,18 @@ def _out_bytes(op: Op) -> int:
     return max(1, op.writes[0][1] // op.out_numel) if op.writes and op.out_numel else op.element_bytes
 
 
-def replay(chain: Chain, scores: Any, dtypes: dict[int, Any], tq: int, tk: int) -> Any:
+def replay(chain: Chain, scores: Any, dtypes: dict[int, Any], tq: int, tk: int, bias: Any = None) -> Any:
     """``scores`` through the chain's ops, each writing the recorded dtype (``dtypes``:
     element bytes → torch dtype), as one kernel where the model's was one (an fp32 mask
-    added to bf16 scores promotes in the add)."""
+    added to bf16 scores promotes in the add). ``bias``: what the chain adds (the fused
+    call's mask, where it needs its gradient, added first where no op of the chain adds it:
+    the QKᵀ ``baddbmm`` did); a constant [Tq, Tk] fp32 one otherwise."""
     import torch
     import torch.nn.functional as F
 
-    x = scores
+    x = scores if bias is None or any(name in BIAS_OPS for name, _ in chain.steps) else scores + bias
     mask = torch.ones(tq, tk, dtype=torch.bool, device=x.device).tril()
-    bias = torch.randn(tq, tk, dtype=torch.float32, device=x.device)
+    bias = torch.randn(tq, tk, dtype=torch.float32, device=x.device) if bias is None else bias
     steps: dict[str, Callable[[Any, Any], Any]] = {
         **dict.fromkeys(_CASTS, lambda t, d: t.to(d)),
         **dict.fromkeys(_SOFTMAX, lambda t, d: torch.softmax(t, dim=-1, dtype=d)),
@@ -93,14 +95,31 @@ def replay(chain: Chain, scores: Any, dtypes: dict[int, Any], tq: int, tk: int) 
     return x
 
 
-def fused_mask(chain: Chain, tq: int, tk: int, dtype: Any, device: str) -> Any:
+def fused_bias(f: Finding, chain: Chain, training: bool, scores: tuple[int, ...], dtype: Any,
+               device: str) -> tuple[Any, tuple[Any, ...]]:
+    """(the fused call's mask, the tensors whose gradient both sides compute besides q,
+    k and v): a mask where the chain adds one or the fix's call takes one (its records
+    carry ``with_bias``: a QKᵀ ``baddbmm`` added it), and the mask itself where, training,
+    the fix's bias needs its gradient (``bias_grad``:
+    ``shapelint.physics.score_chain.bias_needs_grad``)."""
+    learned = training and any("bias_grad" in dict(g.extra) for g in f.after)
+    masked = chain.masked or any(dict(g.extra).get(WITH_BIAS) for g in f.after)
+    mask = fused_mask(masked, scores[-2], scores[-1], dtype, device, scores if learned else ())
+    return mask, (mask,) if learned and mask is not None else ()
+
+
+def fused_mask(masked: bool, tq: int, tk: int, dtype: Any, device: str, grad_shape: tuple[int, ...] = ()) -> Any:
     """The mask the fused call takes where the chain masks or adds a bias (an additive
-    [Tq, Tk] one; None otherwise)."""
+    [Tq, Tk] one; None otherwise); where the bias needs its gradient (``grad_shape``: the
+    scores' shape, as SpeechT5's per-head relative-position term has), one of that shape
+    that needs it, which sends SDPA to the memory-efficient kernel as the model's fix does."""
     import torch
 
-    if not chain.masked:
+    if not masked:
         return None
+    if grad_shape:
+        return torch.randn(*grad_shape, dtype=dtype, device=device, requires_grad=True)
     return torch.randn(tq, tk, dtype=dtype, device=device)
 
 
-__all__ = ["DROPOUT_P", "Chain", "chain_of", "finding_chain", "fused_mask", "replay"]
+__all__ = ["DROPOUT_P", "Chain", "chain_of", "finding_chain", "fused_bias", "fused_mask", "replay"]

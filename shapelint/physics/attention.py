@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from shapelint.model.records import ATTN_ROLES, Gemm, Op, Operand, Role, Work
+from shapelint.model.records import ATTN_ROLES, Gemm, Operand, Role, Work
 
 #: largest head dimension PyTorch's flash / cuDNN attention kernels take (bf16/fp16)
 MAX_FUSED_HEAD_DIM = 256
@@ -56,8 +56,6 @@ GEMM_PASSES_BACKWARD = 4
 #: head dimensions cuDNN's backward takes on sm90 besides both <= 128
 _CUDNN_BACKWARD_DIMS = ((192, 128), (256, 256))
 _CUDNN_BACKWARD_MAX = 128
-#: cuDNN dropout probability resolution (``check_cudnn_dropout``)
-_CUDNN_DROPOUT_STEPS = 16
 #: the memory-efficient kernel's head-dim and pointer alignment, bytes
 #: (``minimum_gemm_alignment`` on sm80+: 128 bits)
 EFFICIENT_ALIGN_BYTES = 16
@@ -92,8 +90,8 @@ def _cudnn_takes(c: AttentionCall) -> bool:
         return False
     if c.d_qk % 8 or c.d_v % 8 or max(c.d_qk, c.d_v) > MAX_FUSED_HEAD_DIM or c.seq_k == 1:
         return False
-    if c.dropout_p * _CUDNN_DROPOUT_STEPS != int(c.dropout_p * _CUDNN_DROPOUT_STEPS):
-        return False
+    # no dropout-resolution check: torch 2.11 runs cuDNN for dropout 0.1 (measured, see
+    # docs/attention-kernels.md), though main's check_cudnn_dropout refuses it
     if c.requires_grad and max(c.d_qk, c.d_v) > _CUDNN_BACKWARD_MAX:
         return (c.d_qk, c.d_v) in _CUDNN_BACKWARD_DIMS
     return True
@@ -133,6 +131,28 @@ def compiled_call(c: AttentionCall, causal: bool) -> AttentionCall:
     (docs/step-measurements.md)."""
     return replace(c, has_mask=True, mask_requires_grad=False, mask_broadcasts=True,
                    mask_unit_stride=causal, is_causal=False)
+
+
+def kernel_at(call: Sequence[Gemm], d: int) -> str:
+    """The kernel PyTorch picks for the fused call ``call`` (its GEMM records) with q, k
+    and v at head dimension ``d``: the call as its records tell it (sequence lengths, a
+    causal flag, a bias that needs its gradient; a mask without one is not recorded and
+    takes the same kernel)."""
+    g = next((h for h in call if h.op == "sdpa.qk"), call[0])
+    extra = dict(g.extra)
+    grad = "bias_grad" in extra
+    dropout = extra.get("dropout")
+    return gpu_kernel(AttentionCall(
+        d_qk=d, d_v=d, seq_q=g.m, seq_k=g.n, element_bytes=g.dtype_bytes, half=g.dtype in ("bf16", "fp16"),
+        has_mask=grad, mask_requires_grad=grad, mask_broadcasts=True,
+        dropout_p=dropout if isinstance(dropout, float) else 0.0,
+        is_causal=bool(extra.get("is_causal")), requires_grad=any(h.phase != "forward" for h in call),
+        efficient_aligned=True))
+
+
+def with_kernel(g: Gemm, kernel: str) -> Gemm:
+    """``g`` tagged with the SDPA kernel that runs it."""
+    return replace(g, extra=tuple((k, kernel if k == "kernel" else v) for k, v in g.extra))
 
 
 def is_fused(g: Gemm) -> bool:
@@ -249,45 +269,27 @@ BIAS_OPS = ("add", "add_", "sub", "sub_")
 MASKING_OPS = MASK_FILL_OPS + BIAS_OPS
 DROPOUT_OPS = ("native_dropout",)
 #: extra keys of a fused record made from hand-written attention: the kernel takes an
-#: additive mask (every tile at ``bias_attention_efficiency``) / draws dropout (the
-#: records standing for a whole kernel carry its ``attention_dropout_ps`` time)
+#: additive mask (every tile at its kernel's bias rate) / draws dropout (the records
+#: standing for a whole kernel carry its dropout time); a bias that needs its gradient
+#: carries ``bias_grad`` (its element size) as a captured call's records do
 WITH_BIAS, WITH_DROPOUT = "with_bias", "with_dropout"
 
 
 @dataclass(frozen=True)
 class ChainNeeds:
-    """What the fused call must do that the hand-written chain did."""
+    """What the fused call must do that the hand-written chain did: take an additive
+    mask or bias (``bias``), one that needs its gradient (``bias_grad``: a learned
+    position bias, which cuDNN refuses), and draw dropout."""
 
     bias: bool = False
     dropout: bool = False
+    bias_grad: bool = False
 
 
-def softmax_bytes_of(atts: Sequence[HandWritten]) -> int:
-    """Bytes the softmax passes over each attention's scores move (forward, and backward
-    where it trains), in the scores' dtype."""
-    return sum(softmax_traffic_bytes(a.score_elems, a.pv.dtype_bytes, bool(a.backward)) for a in atts)
-
-
-def chain_traffic_bytes(atts: Sequence[HandWritten], chain: Sequence[Op]) -> int:
-    """Bytes the score chain's ops move; where there is no op stream (a chain of none),
-    the softmax's own passes (:func:`softmax_bytes_of`)."""
-    return sum(op.bytes for op in chain) or softmax_bytes_of(atts)
-
-
-def chain_names(chain: Sequence[Op]) -> str:
-    """The distinct forward ops of a score chain, in order (``mul, _to_copy, _softmax``):
-    their backward is implied, and layers whose forwards are alike read alike."""
-    return ", ".join(dict.fromkeys(op.name for op in chain if not op.backward))
-
-
-def chain_needs(chain: Sequence[Op]) -> ChainNeeds:
-    """A score chain's mask or bias and its dropout, by the forward ops it ran."""
-    names = {op.name for op in chain if not op.backward}
-    return ChainNeeds(bool(names & set(MASKING_OPS)), bool(names & set(DROPOUT_OPS)))
-
-
-def fused(g: Gemm, tq: int, tk: int, op: str, needs: ChainNeeds = ChainNeeds(), whole: bool = False) -> Gemm:
-    """``g`` as the fused attention kernel runs it (named ``op``): score-shaped
+def fused(g: Gemm, tq: int, tk: int, op: str, needs: ChainNeeds = ChainNeeds(), whole: bool = False,
+          kernel: str = "") -> Gemm:
+    """``g`` as the fused attention kernel runs it (named ``op``; ``kernel``: the SDPA
+    kernel PyTorch picks for the call, :meth:`HandWritten.kernel`): score-shaped
     operands stay on chip; a GEMM that produces scores is ``attn_scores``, one that
     reads them ``attn_values``; with what the chain ``needs`` (``whole``: the record
     stands for the whole kernel, and carries its dropout)."""
@@ -296,6 +298,8 @@ def fused(g: Gemm, tq: int, tk: int, op: str, needs: ChainNeeds = ChainNeeds(), 
     out = _on_chip(g.out) if _is_scores(g.out, tq, tk) else g.out
     role: Role = "attn_scores" if not out.in_memory else "attn_values"
     extra: tuple[tuple[str, object], ...] = (("is_causal", False),)
+    extra += (("kernel", kernel),) if kernel else ()
+    extra += (("bias_grad", g.dtype_bytes),) if needs.bias_grad else ()
     extra += ((WITH_BIAS, True),) if needs.bias else ()
     extra += ((WITH_DROPOUT, True),) if needs.dropout and whole else ()
     return replace(g, op=op, a=a, b=b, out=out, role=role, extra=extra)
@@ -333,80 +337,43 @@ class HandWritten:
         backward recomputes S = QKᵀ there, from the same tiles."""
         return next((i for i, g in enumerate(self.backward) if _is_scores(g.out, self.tq, self.tk)), None)
 
+    def kernel(self, needs: ChainNeeds = ChainNeeds()) -> str:
+        """The SDPA kernel PyTorch picks for the call that replaces this attention
+        (:func:`gpu_kernel`): q, k and v as the GEMMs read them, the chain's mask or bias
+        (broadcast, with its gradient where it needs one) and its dropout."""
+        half = self.pv.dtype in ("bf16", "fp16")
+        align = EFFICIENT_ALIGN_BYTES // self.pv.dtype_bytes
+        return gpu_kernel(AttentionCall(
+            d_qk=self.qk.k, d_v=self.pv.n, seq_q=self.tq, seq_k=self.tk, element_bytes=self.pv.dtype_bytes,
+            half=half, has_mask=needs.bias, mask_requires_grad=needs.bias_grad, mask_broadcasts=True,
+            dropout_p=0.0,  # the dispatcher reads no dropout probability (_cudnn_takes)
+            is_causal=False, requires_grad=bool(self.backward),
+            efficient_aligned=not (self.qk.k % align or self.pv.n % align)))
+
     def fused(self, needs: ChainNeeds = ChainNeeds()) -> list[Gemm]:
         """The fused kernel's GEMMs, one per recorded GEMM: the forward QKᵀ with S on
         chip, PV reading P on chip, and each backward GEMM with dS/dP/P on chip. They
         carry the names the capture gives SDPA's GEMMs (``sdpa.qk`` and
-        ``sdpa.qk_recompute`` stand for the whole forward / backward kernel), and what
-        the chain ``needs`` (a mask, dropout)."""
-        slot = self.recompute_slot()
-        qk = fused(self.qk, self.tq, self.tk, "sdpa.qk", needs, whole=True)
-        pv = fused(self.pv, self.tq, self.tk, "sdpa.pv", needs)
+        ``sdpa.qk_recompute`` stand for the whole forward / backward kernel), the kernel
+        PyTorch picks for the call (:meth:`kernel`), and what the chain ``needs`` (a
+        mask, dropout)."""
+        slot, kernel = self.recompute_slot(), self.kernel(needs)
+        qk = fused(self.qk, self.tq, self.tk, "sdpa.qk", needs, whole=True, kernel=kernel)
+        pv = fused(self.pv, self.tq, self.tk, "sdpa.pv", needs, kernel=kernel)
         return [qk, pv, *(fused(g, self.tq, self.tk, "sdpa.qk_recompute" if i == slot else "sdpa.bwd", needs,
-                                whole=i == slot) for i, g in enumerate(self.backward))]
+                                whole=i == slot, kernel=kernel) for i, g in enumerate(self.backward))]
 
     def recompute(self, needs: ChainNeeds = ChainNeeds()) -> tuple[Gemm, ...]:
         """What the fused backward adds: QKᵀ computed again (none without backward)."""
-        return (fused(self.qk, self.tq, self.tk, "sdpa.qk", needs),) if self.recompute_slot() is not None else ()
+        if self.recompute_slot() is None:
+            return ()
+        return (fused(self.qk, self.tq, self.tk, "sdpa.qk", needs, kernel=self.kernel(needs)),)
 
-
-#: op-stream kinds that are kernels of their own over the scores (not GEMM markers)
-_CHAIN_KINDS = ("pointwise", "reduction", "copy")
-
-
-def gemm_markers(ops: Sequence[Op]) -> dict[int, Op]:
-    """Each GEMM record's marker in the op stream, by the record's index."""
-    return {i: op for op in ops for i in op.gemms}
-
-
-def score_chain(att: HandWritten, ops: Sequence[Op], marker: dict[int, Op] | None = None) -> tuple[Op, ...]:
-    """The memory-bound ops the step runs over ``att``'s score matrix, which a fused
-    kernel keeps on chip: forward, every op from QKᵀ's output to PV's input (scaling,
-    a mask or position bias added, casts to fp32 and back, the softmax, dropout);
-    backward, every op from dP to the two GEMMs that read dS (dropout's mask, the
-    softmax backward, the casts and scaling). An op belongs to the chain when it reads a
-    tensor of the chain and iterates over the whole score matrix; a reduction that
-    leaves the chain (the sum of dS into a position bias's gradient, which a fused
-    kernel writes too) does not. Empty where the op stream does not hold the GEMMs.
-    ``marker``: :func:`gemm_markers` of ``ops``, where the caller walks many attentions."""
-    marker = gemm_markers(ops) if marker is None else marker
-    qk, pv = marker.get(att.qk.index), marker.get(att.pv.index)
-    if qk is None or pv is None:
-        return ()
-    chain = _chain_from(qk, pv.index, ops, att.score_elems)
-    slot = att.recompute_slot()
-    if slot is not None and (dp := marker.get(att.backward[slot].index)) is not None:
-        # up to the GEMMs that read dS; where dP is the only backward GEMM (q and k need
-        # no gradient), to wherever the chain's last op is
-        last = max((marker[g.index].index for g in att.backward if g.index in marker), default=dp.index)
-        chain += _chain_from(dp, last if last > dp.index else len(ops), ops, att.score_elems)
-    return chain
-
-
-def _chain_from(start: Op, stop: int, ops: Sequence[Op], elems: int) -> tuple[Op, ...]:
-    """The chain ops after ``start`` (a GEMM marker whose output begins it) and before
-    position ``stop``, in order. (Dropout is traced as the fused ``native_dropout``, one
-    op on the chain: no mask is drawn beside it.)"""
-    found = _reached(start, ops[start.index + 1:stop], elems)
-    read = {s for op in found for s, _ in op.reads}
-    # a reduction out of the chain (a bias's gradient) stays: a fused kernel writes it too
-    return tuple(op for op in found if op.out_numel == elems or _writes_any(op, read))
-
-
-def _reached(start: Op, window: Sequence[Op], elems: int) -> list[Op]:
-    """The score-sized memory-bound ops of ``window`` that read what ``start`` wrote,
-    or what such an op wrote."""
-    live = {serial for serial, _ in start.writes}
-    found: list[Op] = []
-    for op in window:
-        if op.kind in _CHAIN_KINDS and op.numel == elems and any(s in live for s, _ in op.reads):
-            found.append(op)
-            live.update(serial for serial, _ in op.writes)
-    return found
-
-
-def _writes_any(op: Op, serials: set[int]) -> bool:
-    return any(s in serials for s, _ in op.writes)
+    def bias_grad_bytes(self, needs: ChainNeeds) -> int:
+        """Bytes the fused backward writes for the gradient of a bias that needs one
+        (:func:`bias_grad_bytes`: its record carries ``bias_grad``, the scores' element
+        size, as under autocast SDPA takes the mask in the compute dtype)."""
+        return bias_grad_bytes(self.fused(needs)[0]) if self.backward else 0
 
 
 def find_hand_written(gemms: Sequence[Gemm]) -> dict[str, list[HandWritten]]:

@@ -56,6 +56,10 @@ GEMM_OPS = frozenset(
 #: ops whose GEMMs are backward ones even though no autograd node runs them
 #: (they appear in FX graphs; in eager capture the autograd node tells the phase)
 BACKWARD_OPS = frozenset(n for n in GEMM_OPS if n.endswith("_backward"))
+#: extra key of a ``baddbmm`` record that adds its input (beta != 0): where it computes
+#: attention scores, the mask or bias added to them (``F.multi_head_attention_forward``
+#: with an ``attn_mask``, Bloom's ALiBi)
+ADDS_INPUT = "adds_input"
 
 
 @dataclass(frozen=True)
@@ -333,6 +337,13 @@ def _flag(args: Sequence[Any], kwargs: dict[str, Any], index: int, key: str) -> 
     return bool(value) if isinstance(value, (bool, int)) else False
 
 
+def _baddbmm(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> list[GemmShape]:
+    """``baddbmm``'s batched GEMM, tagged where it adds its input (beta != 0: the mask or
+    bias added to attention scores in the same kernel)."""
+    adds = () if _arg(args, kwargs, 3, "beta") == 0 else ((ADDS_INPUT, True),)
+    return [replace(s, extra=adds) for s in _bmm("baddbmm", args[1], args[2], out)]
+
+
 def extract(name: str, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> list[GemmShape]:
     """The GEMMs that aten op ``name`` (an overload packet name) runs for these
     arguments and output. Empty for ops that run none."""
@@ -343,7 +354,7 @@ def extract(name: str, args: Sequence[Any], kwargs: dict[str, Any], out: Any) ->
     if name == "bmm":
         return _bmm(name, args[0], args[1], out)
     if name == "baddbmm":
-        return _bmm(name, args[1], args[2], out)
+        return _baddbmm(args, kwargs, out)
     if name in ("_grouped_mm", "_scaled_grouped_mm"):
         offs = _arg(args, kwargs, 2, "offs") if name == "_grouped_mm" else None
         return _grouped_mm(name, args[0], args[1], out, offs)

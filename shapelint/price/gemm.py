@@ -11,6 +11,18 @@ Per GEMM (all numbers from the profile):
 - ``peak(dtype)``: the rate a large aligned GEMM reaches (measured or datasheet x
   achievable) times ``gemm_efficiency`` (typical model shapes); fp32 without TF32
   uses the CUDA-core rate, fused attention GEMMs ``attention_efficiency`` of it.
+- fused attention, by the SDPA kernel PyTorch picks (the record's ``kernel``,
+  ``shapelint.physics.attention``): cuDNN and flash at the fitted rate, with an additive
+  mask or bias at ``bias_attention_efficiency`` of it, and ``attention_dropout_ps`` per
+  score element computed per pass where it draws dropout; the memory-efficient kernel in
+  bf16/fp16 at ``efficient_attention_efficiency`` of the fitted rate, with a bias (an
+  additive mask, or one that needs its gradient) at ``efficient_bias_attention_efficiency``
+  of that, and ``efficient_attention_dropout_ps`` per score element per pass at head
+  dimension 64, in proportion to the head dimension (``fused_dropout_ms``). Flash keeps
+  the fitted rate: it runs where cuDNN refuses a head dimension that is not a multiple of
+  8, which ``attention_misaligned_efficiency`` prices (measured on flash against cuDNN).
+  In fp32 the memory-efficient kernel keeps the fitted rate (its factors were measured in
+  bf16 only).
 - ``alignment``: the calibrated efficiency for the worst-aligned input and for the
   output (``shapelint.physics.alignment``) of a tensor-core GEMM (cuBLAS); separate
   calibrated factors for convolutions (cuDNN) and fused attention; 1 when all are
@@ -43,7 +55,7 @@ from dataclasses import dataclass, replace
 from shapelint.hardware import Hardware
 from shapelint.model.records import ATTN_ROLES, Gemm
 from shapelint.physics.alignment import gemm_alignment, input_alignment, is_aligned, output_alignment
-from shapelint.physics.attention import WITH_BIAS, WITH_DROPOUT, is_fused
+from shapelint.physics.attention import WITH_BIAS, WITH_DROPOUT, head_dim, is_fused
 from shapelint.physics.conv_kernels import call_of, grouped_width_fast, kernel_of, nchw, transposed_bytes, transposes
 from shapelint.physics.gemm_shapes import grouped_fallback
 from shapelint.physics.quantization import quantization
@@ -150,7 +162,7 @@ def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
     extra = dict(g.extra)
     fused = is_fused(g)
     work = CAUSAL_WORK if fused and extra.get("is_causal") else 1.0
-    rate = hw.step.bias_attention_efficiency if fused and extra.get(WITH_BIAS) else 1.0
+    rate = kernel_efficiency(g, hw) if fused else 1.0
     compute = g.flops * work / (peak * align * q.tile * q.wave * rate)
     if fused and extra.get(WITH_DROPOUT):
         compute += 1e-3 * fused_dropout_ms(g, bool(extra.get("is_causal")), hw)
@@ -167,10 +179,49 @@ def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
     return GemmTime(seconds, compute, memory, align, q.tile, q.wave)
 
 
-def fused_dropout_ms(scores: Gemm, causal: bool, hw: Hardware) -> float:
-    """Dropout inside a fused attention kernel: ``attention_dropout_ps`` per score
-    element it computes (``scores``: the record of its QKᵀ)."""
+#: the head dimension ``efficient_attention_dropout_ps`` is stated at: the memory-efficient
+#: kernel's dropout costs in proportion to the head dimension (measured at 64 and 128)
+EFFICIENT_DROPOUT_HEAD_DIM = 64
+#: the dtypes the memory-efficient kernel's own rates were measured in
+EFFICIENT_RATE_DTYPES = ("bf16", "fp16")
+
+
+def runs_efficient(g: Gemm, kernel: object = None) -> bool:
+    """A fused attention GEMM on the memory-efficient kernel (``kernel``: the one it
+    runs on, where not the record's own, as under torch.compile's mask), in a dtype its
+    rates were measured in."""
+    kernel = dict(g.extra).get("kernel") if kernel is None else kernel
+    return kernel == "efficient" and g.dtype in EFFICIENT_RATE_DTYPES
+
+
+def kernel_efficiency(g: Gemm, hw: Hardware) -> float:
+    """The fraction of the fitted fused-attention rate a fused attention GEMM runs at
+    eager: its kernel's own rate, and the rate it keeps with a bias (``WITH_BIAS``: the
+    call takes the chain's additive mask; ``bias_grad``: a bias that needs its gradient)."""
+    extra = dict(g.extra)
+    bias = bool(extra.get(WITH_BIAS) or extra.get("bias_grad"))
+    if runs_efficient(g):
+        return hw.step.efficient_attention_efficiency * (hw.step.efficient_bias_attention_efficiency if bias else 1.0)
+    return hw.step.bias_attention_efficiency if extra.get(WITH_BIAS) else 1.0
+
+
+def mask_efficiency(g: Gemm, kernel: object, hw: Hardware) -> float:
+    """The fraction of its unmasked rate a fused kernel keeps under the explicit mask
+    torch.compile gives the call: cuDNN's measured under a causal mask
+    (``masked_attention_efficiency``), the memory-efficient kernel's with a bias."""
+    if runs_efficient(g, kernel):
+        return hw.step.efficient_bias_attention_efficiency
+    return hw.step.masked_attention_efficiency
+
+
+def fused_dropout_ms(scores: Gemm, causal: bool, hw: Hardware, kernel: object = None) -> float:
+    """Dropout inside a fused attention kernel (``scores``: the record of its QKᵀ; ``kernel``:
+    the one it runs on where not the record's): ``attention_dropout_ps`` per score element
+    it computes, or on the memory-efficient kernel ``efficient_attention_dropout_ps`` at
+    head dimension 64, in proportion to the head dimension."""
     elements = scores.batch * scores.m * scores.n * (CAUSAL_WORK if causal else 1.0)
+    if runs_efficient(scores, kernel):
+        return elements * hw.step.efficient_attention_dropout_ps * head_dim(scores) / EFFICIENT_DROPOUT_HEAD_DIM * 1e-9
     return elements * hw.step.attention_dropout_ps * 1e-9
 
 

@@ -5,9 +5,10 @@ A memory-bound kernel moves its bytes at a fraction of the datasheet bandwidth t
 depends on its class (the profile's ``step`` table), and never takes less than the
 shortest kernel (``min_kernel_us``). The optimizer runs ``multi_tensor_apply``
 launches. An attention op is its GEMMs on the kernel PyTorch picks
-(``shapelint.physics.attention``), plus dropout, flash's copies of a padded head
-dimension and, backward, the expanded gradient of a position bias that needs one;
-PyTorch's math kernel is unfused fp32 GEMMs and softmax passes.
+(``shapelint.physics.attention``) at that kernel's rates (``shapelint.price.gemm``: under
+torch.compile's mask, the kernel that takes the masked call), plus dropout, flash's copies
+of a padded head dimension and, backward, the expanded gradient of a position bias that
+needs one; PyTorch's math kernel is unfused fp32 GEMMs and softmax passes.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm, Op, Work
 from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, bias_grad_bytes, head_dim, math_kernel
 from shapelint.physics.conv_kernels import BATCH_NORM
-from shapelint.price.gemm import CAUSAL_WORK, fused_dropout_ms, gemm_ms, total_ms
+from shapelint.price.gemm import CAUSAL_WORK, fused_dropout_ms, gemm_ms, mask_efficiency, total_ms
 
 #: how the step runs: eagerly, or as torch.compile (Inductor, default mode) runs it
 Mode = Literal["eager", "compile"]
@@ -95,7 +96,7 @@ def attention_ms(call: Sequence[Gemm], hw: Hardware, mode: Mode,
     if kernel == "math" and not changed:
         work = math_kernel(call, backward_dtype=call[0].dtype if mode == "compile" else None)
         return work_ms(work, hw), len(work.gemms) + 1
-    ms = _fused_kernel_ms(call, hw, masked, times)
+    ms = _fused_kernel_ms(call, hw, kernel if masked else None, times)
     bias_grad = bias_grad_bytes(_scores(call))
     if bias_grad and any(g.phase in ("grad_input", "grad_weight") for g in call):
         ms += memory_kernel_ms(bias_grad, hw.step.elementwise_efficiency, hw)  # the bias's gradient, expanded
@@ -111,28 +112,31 @@ def _scores(call: Sequence[Gemm]) -> Gemm:
     return next((g for g in call if g.role == "attn_scores"), call[0])
 
 
-def _fused_kernel_ms(call: Sequence[Gemm], hw: Hardware, masked: bool, times: Mapping[int, float]) -> float:
-    """A fused attention kernel: its GEMMs, and its dropout where it applies one."""
+def _fused_kernel_ms(call: Sequence[Gemm], hw: Hardware, masked: object, times: Mapping[int, float]) -> float:
+    """A fused attention kernel: its GEMMs, and its dropout where it applies one
+    (``masked``: the kernel that runs the call under torch.compile's mask; None eager)."""
     extra = dict(call[0].extra)
     causal = bool(extra.get("is_causal"))
     ms = sum(_attention_gemm_ms(g, hw, masked, causal, times) for g in call)
     if extra.get("dropout"):
-        ms += fused_dropout_ms(_scores(call), causal and not masked, hw)
+        ms += fused_dropout_ms(_scores(call), causal and not masked, hw, masked)
     return ms
 
 
-def _attention_gemm_ms(g: Gemm, hw: Hardware, masked: bool, causal: bool, times: Mapping[int, float]) -> float:
+def _attention_gemm_ms(g: Gemm, hw: Hardware, masked: object, causal: bool, times: Mapping[int, float]) -> float:
     """One GEMM of a fused attention kernel (``causal``: the call skips the tiles above
-    the diagonal eagerly): its after-time where a finding gives one (an eager time, so
-    under a mask every tile at the masked rate), else its own time (under a mask: every
-    tile, no causal skipping, at the masked rate)."""
+    the diagonal eagerly; ``masked``: the kernel under torch.compile's mask, None eager):
+    its after-time where a finding gives one (an eager time, so under a mask every tile
+    at the masked rate), else its own time (under a mask: every tile, no causal skipping,
+    on that kernel at its masked rate)."""
     if g.index in times:
         if not masked:
             return times[g.index]
-        return times[g.index] / ((CAUSAL_WORK if causal else 1.0) * hw.step.masked_attention_efficiency)
+        return times[g.index] / ((CAUSAL_WORK if causal else 1.0) * mask_efficiency(g, masked, hw))
     if masked:
-        full = replace(g, extra=tuple((k, False if k == "is_causal" else v) for k, v in g.extra))
-        return gemm_ms(full, hw) / hw.step.masked_attention_efficiency
+        full = replace(g, extra=tuple((k, False if k == "is_causal" else masked if k == "kernel" else v)
+                                      for k, v in g.extra))
+        return gemm_ms(full, hw) / mask_efficiency(g, masked, hw)
     return gemm_ms(g, hw)
 
 

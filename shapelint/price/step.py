@@ -8,10 +8,13 @@ and its ``step`` table):
 
     GEMM              shapelint.price.gemm (one kernel per op)
     attention         its GEMMs (shapelint.price.gemm) on the kernel PyTorch picks
-                      (shapelint.physics.attention), plus attention_dropout_ps per
-                      score element it computes where it applies dropout, and flash's
-                      copies in and out of a padded head dimension; PyTorch's math
-                      kernel as unfused fp32 GEMMs and softmax passes
+                      (shapelint.physics.attention), each kernel at its own rate: cuDNN
+                      and flash at the fitted fused rate, the memory-efficient kernel at
+                      efficient_attention_efficiency of it (its own bias rate and
+                      dropout cost); dropout per score element it computes, a bias's
+                      gradient written expanded, flash's copies in and out of a padded
+                      head dimension; PyTorch's math kernel as unfused fp32 GEMMs and
+                      softmax passes
     memory-bound op   max(bytes / (bandwidth · efficiency of its class), min_kernel_us);
                       a copy or pointwise op on a strided tensor at the strided rate
     optimizer         passes · parameter bytes / (bandwidth · optimizer_efficiency),
