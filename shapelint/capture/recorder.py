@@ -287,7 +287,7 @@ class Recorder:
                 self.serial(o, ins[0])
             return
         nbytes, reads, writes = self._traffic(name, kclass, "out" in kwargs, ins, outs)
-        widest, strided = stream_layout(kclass, ins + outs)
+        widest, strided = stream_layout(kclass, ins + outs, outputs=len(outs))
         backward = not self._stack and torch._C._current_autograd_node() is not None
         owner = self._stack[-1].path if self._stack else ""
         numel, out_numel = iteration(kclass, ins, outs)
