@@ -21,11 +21,42 @@ def stream_layout(kclass: str, tensors: list[torch.Tensor], outputs: int = 0) ->
     """(the widest floating element size, whether a copy or pointwise op reads or writes
     memory strided: :func:`elementwise_access` says ``strided``). ``tensors`` holds the
     op's inputs, then its ``outputs`` outputs (the last ones)."""
-    widest = max((t.element_size() for t in tensors if t.is_floating_point()), default=2)
-    if kclass not in ("copy", "pointwise"):
-        return widest, False
     split = len(tensors) - outputs
-    return widest, elementwise_access(tensors[:split], tensors[split:]) == "strided"
+    widest, access = stream_access(kclass, tensors[:split], tensors[split:])
+    return widest, access == "strided"
+
+
+def stream_access(kclass: str, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> tuple[int, Access]:
+    """(the widest floating element size, the path the op's kernel takes): a copy or
+    pointwise op as :func:`elementwise_access` says, one step slower where it casts
+    (:func:`casts`: a contiguous cast runs ``unrolled_elementwise_kernel``, loading one
+    element at a time, as the coalesced path does; any other cast the offset-calculator
+    kernel with a cast per element); any other op ``vectorized`` (its own kernel's rate
+    prices it)."""
+    widest = max((t.element_size() for t in (*ins, *outs) if t.is_floating_point()), default=2)
+    if kclass not in ("copy", "pointwise"):
+        return widest, "vectorized"
+    access = elementwise_access(ins, outs)
+    if casts(ins, outs):
+        return widest, "coalesced" if access == "vectorized" else "strided"
+    return widest, access
+
+
+#: the casts CUDA's copy runs as a kernel of their own types (``direct_copy_kernel_cuda``:
+#: fp32 to bf16 or fp16 without a dynamic cast, vectorised where contiguous)
+_NOCAST_COPIES = {(torch.float32, torch.bfloat16), (torch.float32, torch.float16)}
+
+
+def casts(ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
+    """Whether TensorIterator runs the op with a dynamic cast (``gpu_kernel_impl``, not
+    ``gpu_kernel_impl_nocast``, in CUDALoops.cuh): its floating operands are not all of
+    one dtype (autocast's bf16 activations beside fp32 ones, an upcast to fp32), but
+    fp32 to bf16 or fp16, which the copy kernel runs without one. Integer and boolean
+    operands (masks, indices) are the kernels' own types."""
+    floats = {t.dtype for t in (*ins, *outs) if t.is_floating_point() and t.numel() > 1}
+    if len(floats) < 2:
+        return False
+    return not (len(ins) == 1 and len(outs) == 1 and (ins[0].dtype, outs[0].dtype) in _NOCAST_COPIES)
 
 
 def elementwise_access(ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> Access:

@@ -61,6 +61,7 @@ class OpRow(NamedTuple):
     numel: int
     out_numel: int
     channels_last: bool = False
+    coalesced: bool = False
 
 
 @dataclass(frozen=True)

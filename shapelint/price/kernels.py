@@ -52,8 +52,8 @@ def op_ms(op: Op, hw: Hardware) -> float:
         eff = s.batch_norm_channels_last_efficiency if op.channels_last else s.batch_norm_nchw_efficiency
     elif op.kind == "reduction":
         eff = s.reduction_efficiency
-    elif op.kind in ("copy", "pointwise") and op.strided:
-        eff = s.strided_copy_efficiency
+    elif op.kind in ("copy", "pointwise") and (op.strided or op.coalesced):
+        eff = s.coalesced_efficiency if op.coalesced and op.element_bytes >= 4 else s.strided_copy_efficiency
     else:
         eff = s.elementwise_efficiency
     return memory_kernel_ms(op.bytes, eff, hw)
