@@ -77,9 +77,10 @@ def elementwise_access(ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]
       stride is not the innermost dimension (a transpose, channels-last beside NCHW).
 
     Operands of one element (a scalar lifted into the kernel) take no part. An op whose
-    operands do not broadcast to one shape (``cat``, a gather, ``slice_backward``) is
-    judged operand by operand: ``coalesced`` where each is dense and all of a rank have
-    their unit stride in the same dimension (NCHW beside NCHW, NHWC beside NHWC)."""
+    operands do not broadcast to one shape (``cat``, a gather, ``slice_backward``) runs a
+    kernel of its own, judged operand by operand: ``vectorized`` (the rate of contiguous
+    copies) where each is dense and all of a rank have their unit stride in the same
+    dimension (NCHW beside NCHW, NHWC beside NHWC), else ``strided``."""
     operands = [t for t in (*outs, *ins) if t.numel() > 1]
     if not operands:
         return "vectorized"
@@ -170,9 +171,9 @@ def _coalesce(shape: Sequence[int], strides: Sequence[Sequence[int]], perm: Sequ
 
 
 def _access_apart(operands: Sequence[torch.Tensor]) -> Access:
-    """Operands that do not share one iteration shape, judged one by one: ``strided``
-    where one has gaps or where two of one rank keep their unit stride in different
-    dimensions."""
+    """Operands that do not share one iteration shape (a kernel of the op's own), judged
+    one by one: ``strided`` where one has gaps or where two of one rank keep their unit
+    stride in different dimensions."""
     unit: dict[int, int] = {}
     for t in operands:
         strides = [0 if n == 1 else int(s) for n, s in zip(t.shape, t.stride())]
@@ -181,7 +182,7 @@ def _access_apart(operands: Sequence[torch.Tensor]) -> Access:
         inner = next((d for d in reversed(range(t.dim())) if strides[d] == 1), -1)
         if unit.setdefault(t.dim(), inner) != inner:
             return "strided"
-    return "coalesced"
+    return "vectorized"
 
 
 #: the channels-last memory format of a tensor of each rank
