@@ -20,8 +20,10 @@ with CUDA events; its bytes are the distinct bytes of every operand
 (``shapelint.capture.op_traffic.stored_bytes``, a broadcast operand once), so the
 fraction printed is of the datasheet bandwidth of ``--gpu`` as the profile's
 ``step.*_efficiency`` keys are. One profiled call names the kernel, which checks the path
-shapelint predicts. Prints a table and the median fraction by (path, dtype); ``--json``
-writes every row. About a minute on an H100.
+shapelint predicts (``shapelint.capture.op_traffic.stream_access``: a cast takes one path
+down, so a contiguous bf16 -> fp32 copy is predicted ``coalesced`` and runs ``unrolled``).
+Prints a table and the median fraction by (path, dtype); ``--json`` writes every row.
+About a minute on an H100.
 
     python benchmarks/pointwise_layouts.py [--gpu h100-sxm] [--json /tmp/out/pointwise_layouts.json]
     python benchmarks/pointwise_layouts.py --dry-run     # no GPU: the cases and the predicted paths
@@ -116,11 +118,14 @@ def kernel_names(fn: Callable[[], Any]) -> list[str]:
 
 
 def path_of(kernels: list[str]) -> str:
-    """The TensorIterator path a kernel name shows: ``vectorized`` (vectorised or
-    unrolled-contiguous) or ``legacy`` (``elementwise_kernel`` with offsets)."""
-    text = " ".join(kernels)
-    if "vectorized_elementwise_kernel" in text or "unrolled_elementwise_kernel" in text:
+    """The path a kernel name shows: ``vectorized`` (``vectorized_elementwise_kernel``,
+    or a same-dtype contiguous copy done as a memcpy), ``unrolled`` (contiguous with a
+    dynamic cast), ``legacy`` (``elementwise_kernel`` with an offset calculator)."""
+    text = " ".join(kernels).lower()
+    if "vectorized_elementwise_kernel" in text or "memcpy" in text:
         return "vectorized"
+    if "unrolled_elementwise_kernel" in text:
+        return "unrolled"
     return "legacy" if "elementwise_kernel<" in text else "other"
 
 
@@ -145,7 +150,7 @@ def time_ms(fn: Callable[[], Any], reps: int, rounds: int) -> float:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from shapelint.capture.op_traffic import elementwise_access, stored_bytes
+    from shapelint.capture.op_traffic import stored_bytes, stream_access
     from shapelint.hardware import local_gpu, resolve
 
     hw = resolve(args.gpu) if args.gpu else local_gpu() or resolve("h100")
@@ -158,7 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             continue
         size = n if not args.dry_run else HEADS * SEQ * HEAD_DIM  # one sequence on the CPU
         fn, ins, out = case(op, layout, size, dt, device)
-        predicted = elementwise_access(ins, [out])
+        predicted = stream_access("pointwise" if op in ("mul", "add") else "copy", ins, [out])[1]
         nbytes = sum(stored_bytes(t) for t in ins) + stored_bytes(out)
         row: dict[str, Any] = {"op": op, "dtype": dt, "elements": n, "layout": layout, "predicted": predicted,
                                "bytes": nbytes}
@@ -192,7 +197,8 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         fr = [r["fraction"] for r in rs if "fraction" in r]
         if not fr:
             continue
-        agree = all((r["path"] == "vectorized") == (pred == "vectorized") for r in rs)
+        agree = all((r["path"] == "vectorized") == (pred == "vectorized") and (pred != "strided" or r["path"] == "legacy")
+                    for r in rs)
         out.append({"predicted": pred, "dtype": dt, "op": kind, "cases": len(rs), "median": statistics.median(fr),
                     "min": min(fr), "max": max(fr), "paths_agree": agree})
         print(f"{pred:10} {dt[:8]:8} {kind:9} {len(rs):3d} {statistics.median(fr):11.3f} {min(fr):6.3f} "
