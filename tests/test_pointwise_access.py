@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _benchmarks import load_benchmark
 from torch import nn
 
 from shapelint import hardware
@@ -133,3 +134,20 @@ def test_qwen3_step_prices_rope_and_q_norm_on_transposed_heads_as_coalesced() ->
     assert (len(coalesced), len(strided)) == (1577, 281)
     assert report.step_time.gpu_ms == pytest.approx(214.99, rel=1e-3)
     assert report.step_time.ms == pytest.approx(220.9, rel=0.03)
+
+
+def test_the_layouts_benchmark_builds_each_layout_it_names() -> None:
+    """``benchmarks/pointwise_layouts.py``'s cases, built on the CPU at one sequence: each
+    layout takes the path its name promises, so that the GPU run times what it says."""
+    bench = load_benchmark("pointwise_layouts")
+    n = bench.HEADS * bench.SEQ * bench.HEAD_DIM
+    expected = {"contiguous": "vectorized", "permuted": "vectorized", "contiguous+bcast": "coalesced",
+                "permuted+bcast": "coalesced", "mixed-perm": "coalesced", "gap-slice": "strided",
+                "transposed": "strided"}
+    for layout, path in expected.items():
+        _, ins, out = bench.case("mul", layout, n, "float32", "cpu")
+        assert stream_access("pointwise", ins, [out]) == (4, path), layout
+    _, ins, out = bench.case("_to_copy", "contiguous", n, "bfloat16", "cpu")  # bf16 -> fp32: a cast
+    assert stream_access("copy", ins, [out]) == (4, "coalesced")
+    assert bench.path_of(["void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda>"]) == "unrolled"
+    assert bench.path_of(["void at::native::elementwise_kernel<128, 2, gpu_kernel_impl_nocast<Mul>>"]) == "legacy"
