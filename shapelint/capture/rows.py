@@ -62,6 +62,7 @@ class OpRow(NamedTuple):
     out_numel: int
     channels_last: bool = False
     coalesced: bool = False
+    cast: bool = False
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ L2 flushed before every timed call, CUDA events, the median):
   model prices the rest of a training step with (:func:`measure_step`): the bandwidth
   fraction of elementwise kernels, of the step's reductions (layer norm, log-softmax,
   bias-gradient sums, their median), of strided copies, of RoPE's fp32 ``q * cos`` on a
-  transposed q (the coalesced, non-vectorised path), of the transposed pad copy
+  transposed q (the coalesced, non-vectorised path), of a bf16 -> fp32 upcast (a
+  contiguous cast), of the transposed pad copy
   Inductor's pad_mm makes, and of fused AdamW; the shortest kernel and the GPU's idle
   time between the kernels of an eager stream; and how fast this machine's CPU issues
   a host-bound eager (and compiled) training step against the step model's host costs,
@@ -168,6 +169,8 @@ def _bandwidths(timer: KernelTimer, bandwidth_gbps: float) -> dict[str, float]:
         "strided_copy_efficiency": fraction(4 * (rows // 2) * cols, lambda: padded[:, :cols].contiguous()),
         "transpose_copy_efficiency": fraction(*_pad_mm_transposed_pad(torch)),
         "coalesced_efficiency": fraction(*_rope_mul(torch, n)),
+        # autocast's upcast of a bf16 activation: a contiguous copy with a dynamic cast
+        "cast_efficiency": fraction(6 * n, lambda: a.float()),
     }
     params = [torch.zeros(4096, 4096, device="cuda", requires_grad=True) for _ in range(8)]
     for p in params:

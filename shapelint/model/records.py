@@ -121,6 +121,9 @@ class Op:
     #: whole sectors: a broadcast operand (an RMS norm's ``x * rsqrt``, RoPE's ``cos``), or
     #: permutations that agree on the innermost dimension (a transposed q beside q)
     coalesced: bool = False
+    #: a copy or pointwise op that TensorIterator runs with a dynamic cast (its floating
+    #: tensors of two dtypes, but the fp32 -> bf16/fp16 copy): never vectorised
+    cast: bool = False
 
 
 @dataclass(frozen=True)
