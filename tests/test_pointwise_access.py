@@ -76,6 +76,8 @@ def test_a_cast_takes_one_step_down_and_a_contiguous_one_its_own_rate() -> None:
     assert not casts([x], [low]) and stream_access("copy", [x], [low]) == (4, "vectorized")
     assert casts([low], [x]) and stream_access("copy", [low], [x]) == (4, "coalesced")
     assert stream_access("pointwise", [low, x], [x]) == (4, "coalesced")
+    into = torch.empty_like(low)
+    assert not casts([into, x], [into])  # into.copy_(x): fp32 -> bf16, the destination read too
     q, cos = q_heads(torch.bfloat16), torch.randn(1, 1, T, D)
     assert stream_access("pointwise", [q, cos], [q * cos]) == (4, "strided")
     mask = torch.ones(B, T, H * D, dtype=torch.bool)

@@ -56,7 +56,8 @@ def casts(ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
     floats = {t.dtype for t in (*ins, *outs) if t.is_floating_point() and t.numel() > 1}
     if len(floats) < 2:
         return False
-    return not (len(ins) == 1 and len(outs) == 1 and (ins[0].dtype, outs[0].dtype) in _NOCAST_COPIES)
+    sources = [t for t in ins if not any(t is o for o in outs)]  # copy_ reads its destination too
+    return not (len(sources) == 1 and len(outs) == 1 and (sources[0].dtype, outs[0].dtype) in _NOCAST_COPIES)
 
 
 def elementwise_access(ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> Access:
