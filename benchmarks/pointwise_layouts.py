@@ -114,7 +114,7 @@ def kernel_names(fn: Callable[[], Any]) -> list[str]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return sorted({e.key for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA})
+    return sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
 
 
 def path_of(kernels: list[str]) -> str:
