@@ -63,7 +63,8 @@ def test_layout_of_a_tensor() -> None:
     assert stream_layout("pointwise", [cl, cl]) == (4, False)
     assert stream_layout("pointwise", [cl, one_pixel, cl]) == (4, False)
     assert stream_layout("pointwise", [cl, x]) == (4, True)
-    assert stream_layout("pointwise", [x.transpose(1, 2)]) == (4, True)
+    assert stream_layout("pointwise", [x.transpose(1, 2)]) == (4, False)  # one permutation: merged back
+    assert stream_layout("copy", [x.transpose(1, 3), x.transpose(1, 3).contiguous()], outputs=1) == (4, True)
     assert stream_layout("reduction", [cl, x]) == (4, False)  # a reduction's rate is its own
 
 

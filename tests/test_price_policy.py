@@ -64,9 +64,10 @@ def test_whisper_vocabulary_padding_slows_the_host_bound_step_so_it_is_not_repor
     assert code == 0 and doc["findings"] == [], err
     s = doc["summary"]
     assert (s["step"]["bound"], s["step"]["host_syncs"]) == ("host", 1)
-    # (108.8151 since issue 26: the encoder's Conv1d kernels at their measured rate; 108.8368 since
-    # cuDNN's transposes of its NCW activations and 3-wide weights are priced as kernels of their own)
-    assert s["step_ms"] == pytest.approx(108.8368, abs=1e-3) and s["step_ms_after"] == s["step_ms"]
+    # (108.8151 since issue 26: the encoder's Conv1d kernels at their measured rate; then
+    # cuDNN's transposes of its NCW activations and 3-wide weights priced as kernels of their
+    # own, and casts and broadcasts on TensorIterator's non-vectorised paths)
+    assert s["step_ms"] == pytest.approx(108.8382, abs=1e-3) and s["step_ms_after"] == s["step_ms"]
 
 
 def test_a_small_gpt2_head_on_a_host_bound_step_is_not_reported(tmp_path: Path,
@@ -91,5 +92,6 @@ def test_a_small_gpt2_head_on_a_host_bound_step_is_not_reported(tmp_path: Path,
 def test_a_finding_that_speeds_up_the_step_stays_an_error() -> None:
     (f,) = shapelint.lint(torch.nn.Linear(1023, 4096), torch.randn(8192, 1023), select=["SL101"]).findings
     assert (f.severity, str(f.suggestion)) == ("error", "in_features: 1023 → 1024")
-    assert f.step_ms_saved == pytest.approx(0.757, abs=1e-3) and f.est_speedup == pytest.approx(5.553, abs=1e-3)
+    # 0.762 (0.757 before casts and broadcasts took TensorIterator's non-vectorised paths)
+    assert f.step_ms_saved == pytest.approx(0.762, abs=1e-3) and f.est_speedup == pytest.approx(5.553, abs=1e-3)
     assert "slower" not in f.step_note

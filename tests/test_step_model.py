@@ -514,15 +514,21 @@ def test_head_dim_fix_under_compile_leaves_the_math_kernel(tmp_path) -> None:
 
 class Rotate(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q = x.view(8, 64, 4, 16).transpose(1, 2)  # [B, H, T, d]: a strided view, as RoPE sees q
-        return q * 2.0
+        q = x.view(8, 64, 4, 16).transpose(1, 2)  # [B, H, T, d]: a permuted view, as RoPE sees q
+        return (q * 2.0).transpose(-1, -2).contiguous()  # the unit stride moves: a real transpose
 
 
-def test_pointwise_on_a_strided_tensor_runs_at_the_strided_rate() -> None:
+def test_pointwise_on_a_permuted_view_is_vectorised_and_a_transpose_is_strided() -> None:
+    """TensorIterator merges a permuted view and the output it allocates like it back into
+    one contiguous run: ``q * 2.0`` is vectorised; the copy that moves the unit stride off
+    the innermost dimension is not."""
     cap, _ = trace(lambda: (Rotate(), torch.randn(8, 64, 64)), precision="fp32", training=False)
     (mul,) = [o for o in cap.ops if o.name == "mul"]
-    assert mul.kind == "pointwise" and mul.strided and mul.bytes == 2 * 8 * 64 * 64 * 4
-    assert op_ms(mul, H100) == memory_kernel_ms(mul.bytes, H100.step.strided_copy_efficiency, H100)
+    (copy,) = [o for o in cap.ops if o.name == "clone"]
+    assert mul.kind == "pointwise" and not mul.strided and mul.bytes == 2 * 8 * 64 * 64 * 4
+    assert op_ms(mul, H100) == memory_kernel_ms(mul.bytes, H100.step.elementwise_efficiency, H100)
+    assert copy.kind == "copy" and copy.strided and copy.bytes == 2 * 8 * 64 * 64 * 4
+    assert op_ms(copy, H100) == memory_kernel_ms(copy.bytes, H100.step.strided_copy_efficiency, H100)
 
 
 def test_flash_copies_a_head_dim_it_pads() -> None:

@@ -4,38 +4,190 @@ elements its kernel iterates over, and the bytes each tensor really covers. The 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import torch
 
+#: how a copy or pointwise kernel walks memory (:func:`elementwise_access`)
+Access = Literal["vectorized", "coalesced", "strided"]
 
-def stream_layout(kclass: str, tensors: list[torch.Tensor]) -> tuple[int, bool]:
-    """(the widest floating element size, whether a copy or pointwise op runs on
-    TensorIterator's non-vectorised path): it reads or writes a tensor that is neither
-    contiguous nor dense channels-last, or it mixes the two layouts (a channels-last
-    activation plus an NCHW one). Every tensor contiguous, or every one channels-last,
-    is vectorised (``vectorized_elementwise_kernel`` in the H100 profile of a
-    channels-last MBConv step; ``elementwise_kernel<128, 4>`` where layouts mix)."""
-    widest = max((t.element_size() for t in tensors if t.is_floating_point()), default=2)
+#: bytes a warp must read in one run of the innermost dimension for its loads to fill
+#: whole 32-byte sectors: a shorter run wastes most of every sector it touches
+SECTOR_BYTES = 32
+
+
+def stream_layout(kclass: str, tensors: list[torch.Tensor], outputs: int = 0) -> tuple[int, bool]:
+    """(the widest floating element size, whether a copy or pointwise op reads or writes
+    memory strided: :func:`elementwise_access` says ``strided``). ``tensors`` holds the
+    op's inputs, then its ``outputs`` outputs (the last ones)."""
+    split = len(tensors) - outputs
+    widest, access = stream_access(kclass, tensors[:split], tensors[split:])
+    return widest, access == "strided"
+
+
+def stream_access(kclass: str, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> tuple[int, Access]:
+    """(the widest floating element size, the path the op's kernel takes): a copy or
+    pointwise op as :func:`elementwise_access` says, one step slower where it casts
+    (:func:`casts`: a contiguous cast runs ``unrolled_elementwise_kernel``, loading one
+    element at a time, as the coalesced path does; any other cast the offset-calculator
+    kernel with a cast per element); any other op ``vectorized`` (its own kernel's rate
+    prices it)."""
+    widest = max((t.element_size() for t in (*ins, *outs) if t.is_floating_point()), default=2)
     if kclass not in ("copy", "pointwise"):
-        return widest, False
-    layouts = {_layout(t) for t in tensors if t.dim() > 1}
-    strided = "strided" in layouts or {"contiguous", "channels_last"} <= layouts
-    return widest, strided
+        return widest, "vectorized"
+    access = elementwise_access(ins, outs)
+    if casts(ins, outs):
+        return widest, "coalesced" if access == "vectorized" else "strided"
+    return widest, access
+
+
+#: the casts CUDA's copy runs as a kernel of their own types (``direct_copy_kernel_cuda``:
+#: fp32 to bf16 or fp16 without a dynamic cast, vectorised where contiguous)
+_NOCAST_COPIES = {(torch.float32, torch.bfloat16), (torch.float32, torch.float16)}
+
+
+def casts(ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
+    """Whether TensorIterator runs the op with a dynamic cast (``gpu_kernel_impl``, not
+    ``gpu_kernel_impl_nocast``, in CUDALoops.cuh): its floating operands are not all of
+    one dtype (autocast's bf16 activations beside fp32 ones, an upcast to fp32), but
+    fp32 to bf16 or fp16, which the copy kernel runs without one. Integer and boolean
+    operands (masks, indices) are the kernels' own types."""
+    floats = {t.dtype for t in (*ins, *outs) if t.is_floating_point() and t.numel() > 1}
+    if len(floats) < 2:
+        return False
+    sources = [t for t in ins if not any(t is o for o in outs)]  # copy_ reads its destination too
+    return not (len(sources) == 1 and len(outs) == 1 and (sources[0].dtype, outs[0].dtype) in _NOCAST_COPIES)
+
+
+def elementwise_access(ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> Access:
+    """How CUDA runs a TensorIterator op over these tensors. TensorIterator first sorts
+    the dimensions by stride, the output's first (``reorder_dimensions``), then merges
+    the ones that are adjacent in memory in every operand (``coalesce_dimensions``), so
+    that operands that are all the same permutation of dense memory iterate as one
+    contiguous run. Then (aten/src/ATen/native/cuda/CUDALoops.cuh):
+
+    - ``vectorized``: one run, unit stride in every operand (``iter.is_contiguous()``):
+      ``vectorized_elementwise_kernel`` (``unrolled_elementwise_kernel`` where it casts);
+    - ``coalesced``: anything else takes ``elementwise_kernel<128, vt>`` with an
+      ``OffsetCalculator``, one element per thread per step; where every operand is
+      dense (a permuted view, a broadcast) and the innermost sorted dimension is unit
+      stride (or broadcast) in all of them for at least a sector, a warp still reads
+      whole sectors: ``q.transpose(1, 2) * cos`` in RoPE, an RMS norm's ``x * rsqrt``;
+    - ``strided``: an operand with gaps (a slice of a wider row) or one whose unit
+      stride is not the innermost dimension (a transpose, channels-last beside NCHW).
+
+    Operands of one element (a scalar lifted into the kernel) take no part. An op whose
+    operands do not broadcast to one shape (``cat``, a gather, ``slice_backward``) runs a
+    kernel of its own, judged operand by operand: ``vectorized`` (the rate of contiguous
+    copies) where each is dense and all of a rank have their unit stride in the same
+    dimension (NCHW beside NCHW, NHWC beside NHWC), else ``strided``."""
+    operands = [t for t in (*outs, *ins) if t.numel() > 1]
+    if not operands:
+        return "vectorized"
+    try:
+        shape = tuple(torch.broadcast_shapes(*(t.shape for t in operands)))
+    except RuntimeError:
+        return _access_apart(operands)
+    if any(tuple(t.shape) != shape for t in operands[: len(outs)]):
+        return _access_apart(operands)  # an output smaller than the iteration: not one TensorIterator
+    strides = [_broadcast_strides(t, shape) for t in operands]
+    if not all(map(_dense, strides, [shape] * len(strides))):
+        return "strided"
+    runs = _coalesce(shape, strides, _reorder(shape, strides))
+    return _path(runs, max(t.element_size() for t in operands))
+
+
+def _path(runs: Sequence[tuple[int, tuple[int, ...]]], widest: int) -> Access:
+    """The kernel path of dense operands, from their merged dimensions (innermost first)."""
+    size, inner = runs[0]
+    if len(runs) == 1 and all(s == 1 for s in inner):
+        return "vectorized"
+    if all(s in (0, 1) for s in inner) and size * widest >= SECTOR_BYTES:
+        return "coalesced"
+    return "strided"
+
+
+def _broadcast_strides(t: torch.Tensor, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The tensor's strides (in elements) over the broadcast ``shape``: 0 where it broadcasts."""
+    lead = len(shape) - t.dim()
+    own = [0] * lead + [0 if size == 1 else int(s) for size, s in zip(t.shape, t.stride())]
+    return tuple(own)
+
+
+def _dense(strides: Sequence[int], shape: Sequence[int]) -> bool:
+    """Whether the elements a tensor stores (its dimensions that do not broadcast) fill
+    one block of memory with no gap, in some order of its dimensions."""
+    dims = sorted((s, n) for s, n in zip(strides, shape) if s != 0 and n != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _reorder(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> list[int]:
+    """TensorIterator's order of the dimensions, innermost first (``reorder_dimensions``):
+    by stride, the first operand (the output) that tells two dimensions apart decides,
+    an operand that broadcasts either dimension is skipped; ties keep the reverse order."""
+
+    def should_swap(d0: int, d1: int) -> int:
+        for s in strides:
+            if s[d0] == 0 or s[d1] == 0:
+                continue
+            if s[d0] != s[d1]:
+                return 1 if s[d0] > s[d1] else -1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+
+    perm = [d for d in reversed(range(len(shape))) if shape[d] != 1]
+    for i in range(1, len(perm)):
+        at = i
+        for j in range(i - 1, -1, -1):
+            order = should_swap(perm[j], perm[at])
+            if order > 0:
+                perm[j], perm[at] = perm[at], perm[j]
+                at = j
+            elif order < 0:
+                break
+    return perm
+
+
+def _coalesce(shape: Sequence[int], strides: Sequence[Sequence[int]], perm: Sequence[int]
+              ) -> list[tuple[int, tuple[int, ...]]]:
+    """(size, stride of each operand) of each dimension after ``coalesce_dimensions``:
+    neighbours in ``perm`` merge where every operand steps over the inner one exactly."""
+    runs: list[tuple[int, tuple[int, ...]]] = []
+    for d in perm:
+        step = tuple(s[d] for s in strides)
+        if runs:
+            size, inner = runs[-1]
+            if all(o == i * size for o, i in zip(step, inner)):
+                runs[-1] = (size * shape[d], inner)
+                continue
+        runs.append((shape[d], step))
+    return runs or [(1, tuple(1 for _ in strides))]
+
+
+def _access_apart(operands: Sequence[torch.Tensor]) -> Access:
+    """Operands that do not share one iteration shape (a kernel of the op's own), judged
+    one by one: ``strided`` where one has gaps or where two of one rank keep their unit
+    stride in different dimensions."""
+    unit: dict[int, int] = {}
+    for t in operands:
+        strides = [0 if n == 1 else int(s) for n, s in zip(t.shape, t.stride())]
+        if not _dense(strides, t.shape):
+            return "strided"
+        inner = next((d for d in reversed(range(t.dim())) if strides[d] == 1), -1)
+        if unit.setdefault(t.dim(), inner) != inner:
+            return "strided"
+    return "vectorized"
 
 
 #: the channels-last memory format of a tensor of each rank
 _CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
-
-
-def _layout(t: torch.Tensor) -> str:
-    """``any`` (one pixel: both layouts), ``contiguous``, ``channels_last`` or ``strided``."""
-    contiguous = t.is_contiguous()
-    fmt = _CHANNELS_LAST.get(t.dim())
-    last = fmt is not None and t.is_contiguous(memory_format=fmt)
-    if contiguous and last:
-        return "any"
-    return "contiguous" if contiguous else "channels_last" if last else "strided"
 
 
 def channels_last(tensors: list[torch.Tensor], batch_norm: bool = False) -> bool:

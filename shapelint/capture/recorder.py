@@ -29,7 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from shapelint.capture.host_reads import HostReads
-from shapelint.capture.op_traffic import channels_last, iteration, stored_bytes, stream_layout, tensors_of
+from shapelint.capture.op_traffic import casts, channels_last, iteration, stored_bytes, stream_access, tensors_of
 from shapelint.capture.precision import dtype_name, operand_dtype
 from shapelint.capture.rows import ROOT_INFO, ModuleInfo, OpRow, Owner, Position, ShapeRow
 from shapelint.capture.sources import module_params, user_frame_source
@@ -287,12 +287,13 @@ class Recorder:
                 self.serial(o, ins[0])
             return
         nbytes, reads, writes = self._traffic(name, kclass, "out" in kwargs, ins, outs)
-        widest, strided = stream_layout(kclass, ins + outs)
+        widest, access = stream_access(kclass, ins, outs)
         backward = not self._stack and torch._C._current_autograd_node() is not None
         owner = self._stack[-1].path if self._stack else ""
         numel, out_numel = iteration(kclass, ins, outs)
-        self._ops.append(OpRow(name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, strided, numel,
-                               out_numel, channels_last(ins, name in BATCH_NORM)))
+        self._ops.append(OpRow(name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, access == "strided",
+                               numel, out_numel, channels_last(ins, name in BATCH_NORM), access == "coalesced",
+                               kclass in ("copy", "pointwise") and casts(ins, outs)))
 
     def _traffic(self, name: str, kclass: str, out_arg: bool, ins: list[torch.Tensor], outs: list[torch.Tensor]
                  ) -> tuple[int, tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:

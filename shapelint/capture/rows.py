@@ -61,6 +61,8 @@ class OpRow(NamedTuple):
     numel: int
     out_numel: int
     channels_last: bool = False
+    coalesced: bool = False
+    cast: bool = False
 
 
 @dataclass(frozen=True)

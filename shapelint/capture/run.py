@@ -271,7 +271,8 @@ def _ops(rows: Sequence[OpRow]) -> list[Op]:
         indices = tuple(range(first, first + row.gemms)) if row.kclass in ("gemm", "attention") else ()
         first += len(indices)
         ops.append(Op(i, row.name, row.kclass, row.backward, row.nbytes, row.reads, row.writes, indices, row.owner,
-                      row.widest, row.strided, row.numel, row.out_numel, row.channels_last))
+                      row.widest, row.strided, row.numel, row.out_numel, row.channels_last, row.coalesced,
+                      row.cast))
     return ops
 
 

@@ -25,8 +25,16 @@ class StepProfile:
     elementwise_efficiency: float
     #: row reductions: softmax, norms, losses, sums
     reduction_efficiency: float
-    #: a copy or pointwise kernel that reads or writes a strided (sliced, transposed) tensor
+    #: a copy or pointwise kernel that reads or writes a strided (sliced, transposed)
+    #: tensor; also one on TensorIterator's non-vectorised path with elements under 4 bytes
     strided_copy_efficiency: float
+    #: a copy or pointwise kernel of 4-byte (or wider) elements on TensorIterator's
+    #: non-vectorised path that reads whole sectors: a broadcast operand, or permuted
+    #: views that agree on the innermost dimension (``shapelint.capture.op_traffic``)
+    coalesced_efficiency: float
+    #: a contiguous copy or pointwise kernel that casts (bf16 -> fp32, bf16 + fp32):
+    #: TensorIterator's ``unrolled_elementwise_kernel`` with a dynamic cast
+    cast_efficiency: float
     #: a copy that transposes (Inductor's pad of a transposed GEMM operand)
     transpose_copy_efficiency: float
     #: the fused multi-tensor optimizer kernels

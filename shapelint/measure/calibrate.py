@@ -10,7 +10,9 @@ L2 flushed before every timed call, CUDA events, the median):
 - the step table (``step:``, :class:`shapelint.hardware.profile.StepProfile`) the whole-step
   model prices the rest of a training step with (:func:`measure_step`): the bandwidth
   fraction of elementwise kernels, of the step's reductions (layer norm, log-softmax,
-  bias-gradient sums, their median), of strided copies, of the transposed pad copy
+  bias-gradient sums, their median), of strided copies, of RoPE's fp32 ``q * cos`` on a
+  transposed q (the coalesced, non-vectorised path), of a bf16 -> fp32 upcast (a
+  contiguous cast), of the transposed pad copy
   Inductor's pad_mm makes, and of fused AdamW; the shortest kernel and the GPU's idle
   time between the kernels of an eager stream; and how fast this machine's CPU issues
   a host-bound eager (and compiled) training step against the step model's host costs,
@@ -168,6 +170,9 @@ def _bandwidths(timer: KernelTimer, bandwidth_gbps: float) -> dict[str, float]:
             fraction(nbytes, fn) for nbytes, fn in _step_reductions(torch)), 3),
         "strided_copy_efficiency": fraction(4 * (rows // 2) * cols, lambda: padded[:, :cols].contiguous()),
         "transpose_copy_efficiency": fraction(*_pad_mm_transposed_pad(torch)),
+        "coalesced_efficiency": fraction(*_rope_mul(torch, n)),
+        # autocast's upcast of a bf16 activation: a contiguous copy with a dynamic cast
+        "cast_efficiency": fraction(6 * n, lambda: a.float()),
     }
     params = [torch.zeros(4096, 4096, device="cuda", requires_grad=True) for _ in range(8)]
     for p in params:
@@ -207,6 +212,17 @@ def _step_reductions(torch: Any) -> list[tuple[float, Callable[[], object]]]:
         (2 * t * f, lambda: grad_mlp.sum(0)),
         (4 * t * h, lambda: squares.mean(-1, keepdim=True)),
     ]
+
+
+def _rope_mul(torch: Any, n: int) -> tuple[float, Callable[[], object]]:
+    """RoPE's ``q * cos`` in fp32 as a Llama-style attention runs it: q is a [B, T, H, 128]
+    projection viewed [B, H, T, 128], cos a [1, 1, T, 128] broadcast, so TensorIterator
+    takes its non-vectorised, coalesced path (``shapelint.capture.op_traffic``). ``n``
+    fp32 elements of q, read once and written once; cos once."""
+    heads, seq, dim = 16, 1024, 128
+    q = torch.randn(n // (heads * seq * dim), seq, heads, dim, device="cuda").transpose(1, 2)
+    cos = torch.randn(1, 1, seq, dim, device="cuda")
+    return 4 * (2 * q.numel() + cos.numel()), lambda: q * cos
 
 
 def _pad_mm_transposed_pad(torch: Any) -> tuple[float, Callable[[], object]]:

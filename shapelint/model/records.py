@@ -108,8 +108,9 @@ class Op:
     owner: str = ""
     #: bytes per element of the widest tensor (dtype of the work: 4 for fp32 math)
     element_bytes: int = 2
-    #: a copy or pointwise op that reads or writes a non-contiguous (strided) tensor: CUDA
-    #: runs it on TensorIterator's non-vectorised path
+    #: a copy or pointwise op that reads or writes memory strided (a gap, or a unit stride
+    #: off the innermost dimension): TensorIterator's non-vectorised path, sectors half used
+    #: (``shapelint.capture.op_traffic.elementwise_access``)
     strided: bool = False
     #: elements the kernel iterates over (a reduction: its largest input), and the
     #: elements it produces (a reduction's output): what Inductor can fuse it with
@@ -119,6 +120,13 @@ class Op:
     #: channels are the innermost dimension): PyTorch runs other kernels (batch norm's
     #: ``*_channels_last_kernel``, ``shapelint.physics.conv_kernels``) on such tensors
     channels_last: bool = False
+    #: a copy or pointwise op on TensorIterator's non-vectorised path that still reads
+    #: whole sectors: a broadcast operand (an RMS norm's ``x * rsqrt``, RoPE's ``cos``), or
+    #: permutations that agree on the innermost dimension (a transposed q beside q)
+    coalesced: bool = False
+    #: a copy or pointwise op that TensorIterator runs with a dynamic cast (its floating
+    #: tensors of two dtypes, but the fp32 -> bf16/fp16 copy): never vectorised
+    cast: bool = False
 
 
 @dataclass(frozen=True)

@@ -53,11 +53,25 @@ def op_ms(op: Op, hw: Hardware) -> float:
         eff = s.batch_norm_channels_last_efficiency if op.channels_last else s.batch_norm_nchw_efficiency
     elif op.kind == "reduction":
         eff = s.reduction_efficiency
-    elif op.kind in ("copy", "pointwise") and op.strided:
-        eff = s.strided_copy_efficiency
+    elif op.kind in ("copy", "pointwise") and (op.strided or op.coalesced):
+        eff = _unvectorised_efficiency(op, hw)
     else:
         eff = s.elementwise_efficiency
     return memory_kernel_ms(op.bytes, eff, hw)
+
+
+def _unvectorised_efficiency(op: Op, hw: Hardware) -> float:
+    """A copy or pointwise op off TensorIterator's vectorised path
+    (``shapelint.capture.op_traffic.stream_access``): strided; a contiguous cast
+    (``unrolled_elementwise_kernel``); coalesced, by the width of its elements (the
+    kernel loads one element a thread at a time: 2-byte elements run at the strided rate,
+    which calibrate measures on a bf16 copy of this path)."""
+    s = hw.step
+    if op.strided:
+        return s.strided_copy_efficiency
+    if op.cast:
+        return s.cast_efficiency
+    return s.coalesced_efficiency if op.element_bytes >= 4 else s.strided_copy_efficiency
 
 
 def work_ms(work: Work, hw: Hardware) -> float:

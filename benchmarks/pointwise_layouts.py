@@ -1,0 +1,236 @@
+"""How fast CUDA runs a copy or pointwise op on each memory layout (issue 26): the rate
+behind the step model's ``elementwise_efficiency`` (vectorised) and
+``strided_copy_efficiency``, and the path between them that shapelint calls
+``coalesced`` (``shapelint.capture.op_traffic.elementwise_access``).
+
+TensorIterator sorts and merges dimensions before it picks a kernel, so a permuted view
+times a tensor of the same permutation runs vectorised, while a broadcast operand (RoPE's
+``cos``, an RMS norm's ``rsqrt``) or two permutations that agree only on the innermost
+dimension take ``elementwise_kernel<128, vt>`` with an offset calculator, and a gapped
+slice or a real transpose take it with badly used sectors. Each case here is one such
+layout at the sizes of a language model's attention activations ([B, H, T=1024, D=128],
+8-64M elements), fp32 and bf16:
+
+- ``mul``, ``add``: ``x * y`` / ``x + y`` with ``y`` laid out per the case (or broadcast);
+- ``copy``: ``out.copy_(x)`` into a contiguous ``out`` of the same dtype;
+- ``_to_copy``: the same with a cast (fp32 <-> bf16), as autocast's casts run.
+
+Each case's kernel time is the median over ``--rounds`` blocks of ``--reps`` calls timed
+with CUDA events; its bytes are the distinct bytes of every operand
+(``shapelint.capture.op_traffic.stored_bytes``, a broadcast operand once), so the
+fraction printed is of the datasheet bandwidth of ``--gpu`` as the profile's
+``step.*_efficiency`` keys are. One profiled call names the kernel, which checks the path
+shapelint predicts (``shapelint.capture.op_traffic.stream_access``: a cast takes one path
+down, so a contiguous bf16 -> fp32 copy is predicted ``coalesced`` and runs ``unrolled``).
+Prints a table and the median fraction by (path, dtype); ``--json`` writes every row.
+About a minute on an H100.
+
+    python benchmarks/pointwise_layouts.py [--gpu h100-sxm] [--json /tmp/out/pointwise_layouts.json]
+    python benchmarks/pointwise_layouts.py --dry-run     # no GPU: the cases and the predicted paths
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+#: elements of each case ([B, 16, 1024, 128] with B = 4, 8, 32)
+SIZES = (8 << 20, 16 << 20, 64 << 20)
+HEADS, SEQ, HEAD_DIM = 16, 1024, 128
+DTYPES = ("float32", "bfloat16")
+OPS = ("mul", "add", "copy", "_to_copy")
+#: (layout, what it stands for); the binary ops take every layout, the copies the
+#: ones without a broadcast
+LAYOUTS: tuple[tuple[str, str], ...] = (
+    ("contiguous", "x, y contiguous [B,H,T,D]"),
+    ("permuted", "x, y both [B,T,H,D].transpose(1, 2): TensorIterator merges them back"),
+    ("contiguous+bcast", "x contiguous, y a [1,1,T,D] broadcast (an RMS norm's rsqrt, a mask)"),
+    ("permuted+bcast", "x [B,T,H,D].transpose(1, 2), y a [1,1,T,D] broadcast (RoPE's q * cos)"),
+    ("mixed-perm", "x permuted, y contiguous: they agree on the innermost dimension only"),
+    ("gap-slice", "x [B,H,T,D+8][..., :D]: a slice with a gap after every row"),
+    ("transposed", "x [B,H,D,T].transpose(-1, -2) (y contiguous): unit stride off the innermost dimension"),
+)
+BROADCAST = ("contiguous+bcast", "permuted+bcast")
+
+
+def operand(layout: str, n: int, dtype: Any, second: bool, device: str) -> Any:
+    """The tensor of ``layout`` (``second``: the other operand of a binary op), shape [B, H, T, D]."""
+    import torch
+
+    b = n // (HEADS * SEQ * HEAD_DIM)
+
+    def make(*shape: int) -> Any:
+        return torch.randn(*shape, device=device, dtype=dtype)
+
+    if layout in BROADCAST and second:
+        return make(1, 1, SEQ, HEAD_DIM)
+    if layout in ("contiguous", "contiguous+bcast") or (layout in ("mixed-perm", "transposed") and second):
+        return make(b, HEADS, SEQ, HEAD_DIM)
+    if layout in ("permuted", "permuted+bcast", "mixed-perm"):
+        return make(b, SEQ, HEADS, HEAD_DIM).transpose(1, 2)
+    if layout == "gap-slice":
+        return make(b, HEADS, SEQ, HEAD_DIM + 8)[..., :HEAD_DIM]
+    if layout == "transposed":
+        return make(b, HEADS, HEAD_DIM, SEQ).transpose(-1, -2)
+    raise ValueError(layout)
+
+
+def case(op: str, layout: str, n: int, dtype_name: str, device: str) -> tuple[Callable[[], Any], list[Any], Any]:
+    """(the call, its inputs, an output like the one it writes)."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    x = operand(layout, n, dtype, False, device)
+    if op in ("mul", "add"):
+        y = operand(layout, n, dtype, True, device)
+        fn = (lambda: x * y) if op == "mul" else (lambda: x + y)
+        return fn, [x, y], fn()
+    cast = {torch.float32: torch.bfloat16, torch.bfloat16: torch.float32}[dtype] if op == "_to_copy" else dtype
+    out = torch.empty(x.shape, device=device, dtype=cast)
+    return (lambda: out.copy_(x)), [x], out
+
+
+def cases() -> list[tuple[str, str, int, str]]:
+    """Every (op, layout, elements, dtype) measured."""
+    return [(op, layout, n, dt) for n in SIZES for dt in DTYPES for op in OPS for layout, _ in LAYOUTS
+            if not (op in ("copy", "_to_copy") and (layout in BROADCAST or layout == "mixed-perm"))]
+
+
+def kernel_names(fn: Callable[[], Any]) -> list[str]:
+    """The CUDA kernels one call launches."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
+
+
+def path_of(kernels: list[str]) -> str:
+    """The path a kernel name shows: ``vectorized`` (``vectorized_elementwise_kernel``,
+    or a same-dtype contiguous copy done as a memcpy), ``unrolled`` (contiguous with a
+    dynamic cast), ``legacy`` (``elementwise_kernel`` with an offset calculator)."""
+    text = " ".join(kernels).lower()
+    if "vectorized_elementwise_kernel" in text or "memcpy" in text:
+        return "vectorized"
+    if "unrolled_elementwise_kernel" in text:
+        return "unrolled"
+    return "legacy" if "elementwise_kernel<" in text else "other"
+
+
+def time_ms(fn: Callable[[], Any], reps: int, rounds: int) -> float:
+    """Median per-call time over ``rounds`` blocks of ``reps`` calls (CUDA events)."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / reps)
+    return statistics.median(times)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from shapelint.capture.op_traffic import stored_bytes, stream_access
+    from shapelint.hardware import local_gpu, resolve
+
+    hw = resolve(args.gpu) if args.gpu else local_gpu() or resolve("h100")
+    device = "cpu" if args.dry_run else "cuda"
+    rows: list[dict[str, Any]] = []
+    print(f"{'op':9} {'dtype':8} {'Melem':>5} {'layout':17} {'predicted':10} {'kernel':10} "
+          f"{'ms':>8} {'GB/s':>6} {'frac':>6}")
+    for op, layout, n, dt in cases():
+        if args.dry_run and n != SIZES[0]:
+            continue
+        size = n if not args.dry_run else HEADS * SEQ * HEAD_DIM  # one sequence on the CPU
+        fn, ins, out = case(op, layout, size, dt, device)
+        predicted = stream_access("pointwise" if op in ("mul", "add") else "copy", ins, [out])[1]
+        nbytes = sum(stored_bytes(t) for t in ins) + stored_bytes(out)
+        row: dict[str, Any] = {"op": op, "dtype": dt, "elements": n, "layout": layout, "predicted": predicted,
+                               "bytes": nbytes}
+        if not args.dry_run:
+            row["kernels"] = kernel_names(fn)
+            row["path"] = path_of(row["kernels"])
+            row["ms"] = time_ms(fn, args.reps, args.rounds)
+            row["gbps"] = nbytes / (row["ms"] * 1e-3) / 1e9
+            row["fraction"] = row["gbps"] / hw.memory_bandwidth_gbps
+        rows.append(row)
+        print(f"{op:9} {dt[:8]:8} {n >> 20:5d} {layout:17} {predicted:10} {row.get('path', '-'):10} "
+              f"{row.get('ms', 0):8.4f} {row.get('gbps', 0):6.0f} {row.get('fraction', 0):6.3f}", flush=True)
+        del fn, ins, out
+        if not args.dry_run:
+            torch.cuda.empty_cache()
+    return {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "gpu_profile": hw.key,
+            "bandwidth_gbps": hw.memory_bandwidth_gbps, "rows": rows, "summary": summary(rows)}
+
+
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The median fraction of bandwidth by (predicted path, dtype, op kind), and whether
+    every kernel took the path predicted (vectorised or not)."""
+    out = []
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        kind = "binary" if r["op"] in ("mul", "add") else r["op"]
+        groups.setdefault((r["predicted"], r["dtype"], kind), []).append(r)
+    if rows and "fraction" in rows[0]:
+        print(f"\n{'predicted':10} {'dtype':8} {'op':9} {'n':>3} {'median frac':>11} {'min':>6} {'max':>6} paths")
+    for (pred, dt, kind), rs in sorted(groups.items()):
+        fr = [r["fraction"] for r in rs if "fraction" in r]
+        if not fr:
+            continue
+        agree = all((r["path"] == "vectorized") == (pred == "vectorized") and (pred != "strided" or r["path"] == "legacy")
+                    for r in rs)
+        out.append({"predicted": pred, "dtype": dt, "op": kind, "cases": len(rs), "median": statistics.median(fr),
+                    "min": min(fr), "max": max(fr), "paths_agree": agree})
+        print(f"{pred:10} {dt[:8]:8} {kind:9} {len(rs):3d} {statistics.median(fr):11.3f} {min(fr):6.3f} "
+              f"{max(fr):6.3f} {'ok' if agree else 'MISMATCH'}")
+    return out
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"python": platform.python_version()}
+    import torch
+
+    info["torch"] = torch.__version__
+    if torch.cuda.is_available():
+        info.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda)
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpu", default=None,
+                    help="the GPU profile whose datasheet bandwidth the fractions are of (default: this GPU's)")
+    ap.add_argument("--reps", type=int, default=20, help="calls per timed block")
+    ap.add_argument("--rounds", type=int, default=5, help="timed blocks (the median is kept)")
+    ap.add_argument("--dry-run", action="store_true", help="no GPU: list the cases and the predicted paths")
+    ap.add_argument("--json", default=None, help="write every row here")
+    args = ap.parse_args(argv)
+    doc = run(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
