@@ -207,7 +207,7 @@ def test_verify_step_runs_the_layout_under_torchrun(tmp_path: Path, layout: dict
     ({"world": 1}, "collectives.world must be a number of at least 2"),
     ({"host_us": {"ddp_tensor": 1}}, "collectives.host_us must give ddp_tensor, fsdp_group"),
     ({"host_us": {"ddp_tensor": 75, "fsdp_group": 4400, "fsdp_tensor": 30, "tp_layer": 300, "tp_bogus": 2600}},
-     "tp_parameter, tp_collective (a profile calibrated before"),
+     "tp_parameter, tp_collective, got ddp_tensor, fsdp_group, fsdp_tensor, tp_bogus, tp_layer"),
 ])
 def test_a_bad_collectives_section_is_one_line_naming_its_key(edit: dict, expected: str) -> None:
     import yaml

@@ -49,8 +49,10 @@ def _fused_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, att
     if query.dim() != 4 or (is_causal and attn_mask is not None):
         return None
     lowered = _autocast_dtype(query.device.type)
-    if lowered is not None:
+    if lowered is not None:  # CUDA autocast casts every floating argument, an additive mask too
         query, key, value = (t.to(lowered) for t in (query, key, value))
+        if attn_mask is not None and attn_mask.is_floating_point():
+            attn_mask = attn_mask.to(lowered)
     if not (query.dtype == key.dtype == value.dtype):
         return None
     call = attention_call(query, key, value, attn_mask, dropout_p, is_causal)

@@ -130,9 +130,9 @@ def parse_collectives(doc: Any, where: str) -> Collectives | None:
     tables = tuple((op, _table(doc.get(op), f"{where}: collectives.{op}")) for op in OPS)
     host = doc.get("host_us")
     if not isinstance(host, Mapping) or set(host) != set(HOST_KEYS):
-        raise ShapelintError(f"{where}: collectives.host_us must give {', '.join(HOST_KEYS)} (a profile calibrated "
-                             "before the engines' host costs had these terms: run `shapelint calibrate` again, or "
-                             "`python benchmarks/host_fit_parallel.py --rescale FILE`)")
+        found = ", ".join(sorted(map(str, host))) if isinstance(host, Mapping) else show(host)
+        raise ShapelintError(f"{where}: collectives.host_us must give {', '.join(HOST_KEYS)}, got {found} "
+                             "(`shapelint calibrate` writes them)")
     return Collectives(
         world=int(_positive(doc.get("world"), f"{where}: collectives.world", minimum=2)),
         tables=tables,

@@ -176,7 +176,7 @@ class StepModel:
                     f"({self.before.host_ms:.1f} ms of host time; hosts differ up to 2x, `shapelint calibrate` "
                     f"measures yours); this saves {gpu_saved:.2f} ms of GPU time, which shows "
                     "once the step is GPU-bound (torch.compile, CUDA graphs, a larger batch)")
-        note = note or self._relaid_note(f)
+        note = "; ".join(n for n in (self._relaid_note(f), note) if n)  # a format the model refuses comes first
         return replace(f, step_ms=self.before.ms, step_ms_saved=self.before.ms - after.ms, step_note=note), gpu_saved
 
     def _relaid_note(self, f: Finding) -> str:
