@@ -278,3 +278,29 @@ def test_a_mask_added_in_the_scores_baddbmm_goes_to_the_fused_call(learned: bool
     assert block is not None
     unfused, fused = block
     assert len(fused()) == len(unfused()) == 3 + learned
+
+
+class PaddedAttend(nn.Module):
+    """One SDPA call under a boolean padding mask (no gradient), as a padded batch has."""
+
+    def __init__(self, t: int) -> None:
+        super().__init__()
+        self.register_buffer("keep", torch.ones(1, 1, t, t, dtype=torch.bool))
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        return nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=self.keep)
+
+
+def test_a_split_heads_call_keeps_its_mask_when_the_kernel_is_picked() -> None:
+    """SL301's after-kernel reads the call's mask: in training at head dimension 160 cuDNN's
+    backward refuses the call, flash takes it unmasked and the memory-efficient kernel
+    takes it masked (PyTorch 2.11's dispatcher, on an H100: attention_kernel_choice.py)."""
+    from shapelint.physics.attention import kernel_at
+
+    cap, _ = trace(lambda: (PaddedAttend(256), torch.randn(1, 8, 256, 64, requires_grad=True)),  # type: ignore[arg-type]
+                   precision="bf16")
+    masked = [cap.gemms[i] for op in cap.ops if op.kind == "attention" for i in op.gemms]  # forward + backward
+    plain = [g for call in _calls(8, 256, 64) for g in call]
+    assert kernel_at(masked, 160) == "efficient"
+    assert kernel_at(plain, 160) == "flash"
+    assert kernel_at(masked, 64) == kernel_at(plain, 64) == "cudnn"

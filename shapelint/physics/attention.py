@@ -136,15 +136,15 @@ def compiled_call(c: AttentionCall, causal: bool) -> AttentionCall:
 def kernel_at(call: Sequence[Gemm], d: int) -> str:
     """The kernel PyTorch picks for the fused call ``call`` (its GEMM records) with q, k
     and v at head dimension ``d``: the call as its records tell it (sequence lengths, a
-    causal flag, a bias that needs its gradient; a mask without one is not recorded and
-    takes the same kernel)."""
+    causal flag, a mask, and whether that mask is a bias that needs its gradient)."""
     g = next((h for h in call if h.op == "sdpa.qk"), call[0])
     extra = dict(g.extra)
     grad = "bias_grad" in extra
+    masked = grad or bool(extra.get(MASKED))
     dropout = extra.get("dropout")
     return gpu_kernel(AttentionCall(
         d_qk=d, d_v=d, seq_q=g.m, seq_k=g.n, element_bytes=g.dtype_bytes, half=g.dtype in ("bf16", "fp16"),
-        has_mask=grad, mask_requires_grad=grad, mask_broadcasts=True,
+        has_mask=masked, mask_requires_grad=grad, mask_broadcasts=True,
         dropout_p=dropout if isinstance(dropout, float) else 0.0,
         is_causal=bool(extra.get("is_causal")), requires_grad=any(h.phase != "forward" for h in call),
         efficient_aligned=True))
@@ -273,6 +273,9 @@ DROPOUT_OPS = ("native_dropout",)
 #: standing for a whole kernel carry its dropout time); a bias that needs its gradient
 #: carries ``bias_grad`` (its element size) as a captured call's records do
 WITH_BIAS, WITH_DROPOUT = "with_bias", "with_dropout"
+#: a fused attention record's extra key: the call has a mask that needs no gradient (a
+#: padding or causal mask), which PyTorch's kernel choice reads
+MASKED = "masked"
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shapelint.model.records import Operand, gemm_flops
+from shapelint.physics.attention import MASKED
 
 #: shapelint's own ops (``torch.ops.shapelint.<name>``, defined by ``shapelint.capture.run``)
 #: for the fused attention kernels a GPU runs: forward (q, k, v, attn_mask,
@@ -394,6 +395,8 @@ def _fused_attention(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> 
     mask = _arg(args, kwargs, first - 1, "attn_mask")
     if getattr(mask, "requires_grad", False) and mask.is_floating_point():
         extra += (("bias_grad", mask.element_size()),)  # a position bias that needs its gradient
+    elif mask is not None:
+        extra += ((MASKED, True),)  # a mask with no gradient: it still picks the kernel
     shapes = _sdpa("sdpa", *args[:3]) if name == FUSED_ATTENTION else _sdpa_backward("sdpa", *args[:4])
     return [replace(s, extra=extra) for s in shapes]
 
