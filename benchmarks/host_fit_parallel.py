@@ -28,6 +28,7 @@ compares host work, not hosts. The loss is the squared log error of the step.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -255,14 +256,14 @@ def rescale(path: Path) -> None:
     import yaml
 
     from shapelint.hardware import resolve
-    from shapelint.hardware.collectives import HOST_KEYS
+    from shapelint.hardware.collectives import host_costs_at
 
     doc = yaml.safe_load(path.read_text())
     shipped = resolve((doc.get("aliases") or [doc["name"]])[0])
     assert shipped.collectives is not None
     kernel = (doc.get("step") or {}).get("host_us_per_kernel", shipped.step.host_us_per_kernel)
-    speed = kernel / shipped.step.host_us_per_kernel
-    host = {k: round(getattr(shipped.collectives.host, k) * speed, 1) for k in HOST_KEYS}
+    speed = dataclasses.replace(shipped.step, host_us_per_kernel=float(kernel)).host_speed_against(shipped.step)
+    host = host_costs_at(dataclasses.asdict(shipped.collectives.host), speed)
     lines = path.read_text().split("\n")
     start = lines.index("  host_us:")  # the collectives section's key, not a mention in its source text
     end = start + 1

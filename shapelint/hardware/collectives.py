@@ -121,6 +121,12 @@ def interpolate(table: tuple[tuple[int, float], ...], nbytes: float) -> float:
     return tn  # unreachable: the table is ascending
 
 
+def host_costs_at(shipped: Mapping[str, float], speed: float) -> dict[str, float]:
+    """The engines' host costs ``shipped`` (a typical host's, µs) on a host ``speed``
+    times as slow, as a calibrated profile states them."""
+    return {k: round(float(shipped[k]) * speed, 1) for k in HOST_KEYS}
+
+
 def parse_collectives(doc: Any, where: str) -> Collectives | None:
     """The checked ``collectives:`` mapping of a profile, None where it has none."""
     if doc is None:

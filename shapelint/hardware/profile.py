@@ -95,6 +95,12 @@ class StepProfile:
     efficient_bias_attention_efficiency: float = 1.0
     efficient_attention_dropout_ps: float = 0.0
 
+    def host_speed_against(self, typical: StepProfile) -> float:
+        """How fast the host these costs were calibrated on issues kernels against the
+        typical host ``typical`` describes: its per-kernel host cost over the typical one
+        (``shapelint calibrate`` scales every host cost it does not time by this)."""
+        return self.host_us_per_kernel / typical.host_us_per_kernel
+
 
 STEP_KEYS = tuple(StepProfile.__dataclass_fields__)
 

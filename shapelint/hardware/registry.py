@@ -18,7 +18,7 @@ from typing import Any
 from shapelint.errors import ShapelintError, one_line
 from shapelint.files import parse_yaml, read_text
 from shapelint.hardware.check import check_profile
-from shapelint.hardware.collectives import HOST_KEYS, parse_collectives
+from shapelint.hardware.collectives import HOST_KEYS, host_costs_at, parse_collectives
 from shapelint.hardware.profile import Hardware, StepProfile
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -68,10 +68,9 @@ def _current_host_costs(collectives: Any, step: StepProfile, arch: dict[str, Any
         return collectives
     if set(collectives["host_us"]) != EARLIER_HOST_KEYS:
         return collectives  # current (or malformed: parse_collectives says so)
-    typical = float(arch["step"]["host_us_per_kernel"])
-    speed = step.host_us_per_kernel / typical
+    typical = StepProfile(**{k: float(v) for k, v in arch["step"].items()})
     shipped = _shipped_yaml(PROFILE_DIR / f"{HOST_COSTS_PROFILE}.yaml")["collectives"]["host_us"]
-    return {**collectives, "host_us": {k: round(float(shipped[k]) * speed, 1) for k in HOST_KEYS}}
+    return {**collectives, "host_us": host_costs_at(shipped, step.host_speed_against(typical))}
 
 
 def profile_from_dict(doc: dict[str, Any], key: str, file: str = "") -> Hardware:

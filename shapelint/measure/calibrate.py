@@ -30,7 +30,7 @@ from __future__ import annotations
 import datetime
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -428,7 +428,9 @@ def measured_host_speed(doc: dict[str, Any], base: Hardware) -> float | None:
     :func:`measure_step` measured it (read back from the step table it scaled by it);
     None where the table has no measured host cost."""
     per_kernel = (doc.get("step") or {}).get("host_us_per_kernel")
-    return round(per_kernel / base.step.host_us_per_kernel, 3) if per_kernel and base.step.host_us_per_kernel else None
+    if not per_kernel or not base.step.host_us_per_kernel:
+        return None
+    return round(replace(base.step, host_us_per_kernel=float(per_kernel)).host_speed_against(base.step), 3)
 
 
 def _calibrated(name: str, timer: KernelTimer) -> dict[str, Any]:

@@ -34,7 +34,14 @@ from typing import Any
 
 from shapelint.errors import ShapelintError
 from shapelint.hardware import resolve
-from shapelint.hardware.collectives import HOST_KEYS, OPS, Collectives, HostCosts, bus_bandwidth_gbps, collectives_doc
+from shapelint.hardware.collectives import (
+    OPS,
+    Collectives,
+    HostCosts,
+    bus_bandwidth_gbps,
+    collectives_doc,
+    host_costs_at,
+)
 from shapelint.measure.timer import KernelTimer, Timing
 from shapelint.measure.torchrun import run_ranks, torchrun_command
 
@@ -233,7 +240,7 @@ def scaled_host(host: HostCosts, speed: float) -> HostCosts:
     describe (``benchmarks/host_fit_parallel.py`` took each measured host's speed, read
     off its one-GPU steps, out of the fit), assuming DDP's, FSDP2's and DTensor's host
     work slows with the host as the kernels' issue does."""
-    return HostCosts(**{k: round(getattr(host, k) * speed, 1) for k in HOST_KEYS})
+    return HostCosts(**host_costs_at(asdict(host), speed))
 
 
 def describe(sweep: Sweep) -> str:
