@@ -292,9 +292,10 @@ class PaddedAttend(nn.Module):
 
 
 def test_a_split_heads_call_keeps_its_mask_when_the_kernel_is_picked() -> None:
-    """SL301's after-kernel reads the call's mask: in training at head dimension 160 cuDNN's
-    backward refuses the call, flash takes it unmasked and the memory-efficient kernel
-    takes it masked (PyTorch 2.11's dispatcher, on an H100: attention_kernel_choice.py)."""
+    """SL301's after-kernel reads the call's mask, as the dispatcher mirror does: at head
+    dimension 160 in training the mirror has cuDNN's backward refuse the call, flash take
+    it unmasked and the memory-efficient kernel masked (torch 2.11 on an H100 ran cuDNN
+    unmasked there: docs/known-gaps.md; the mask must reach the choice either way)."""
     from shapelint.physics.attention import kernel_at
 
     cap, _ = trace(lambda: (PaddedAttend(256), torch.randn(1, 8, 256, 64, requires_grad=True)),  # type: ignore[arg-type]
