@@ -27,15 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from attention_kernel_rates import BACKENDS, fwd_bwd_ms
 
 from shapelint.capture.sdpa import attention_call
-from shapelint.measure.timer import Timing, cuda_timer
 from shapelint.physics.attention import gpu_kernel
 
-BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
-            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
 NAMES = {int(v.value): k for k, v in BACKENDS.items()}
 
 
@@ -88,23 +84,7 @@ def picked(c: Case) -> str:
 
 
 def case_ms(c: Case, backend: str | None) -> float | None:
-    q, k, v, mask = tensors(c)
-    inputs = (q, k, v, mask) if mask is not None and mask.requires_grad else (q, k, v)
-    grad = torch.randn_like(q)
-
-    def step() -> object:
-        if backend is None:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=c.dropout, is_causal=c.causal)
-        else:
-            with sdpa_kernel(BACKENDS[backend]):
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=c.dropout, is_causal=c.causal)
-        return torch.autograd.grad(out, inputs, grad)
-
-    try:
-        step()
-    except RuntimeError:  # the backend refuses this call
-        return None
-    return Timing(tuple(cuda_timer()(step))).median
+    return fwd_bwd_ms(*tensors(c), c.dropout, c.causal, backend)
 
 
 def main() -> None:

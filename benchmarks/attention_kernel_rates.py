@@ -29,27 +29,39 @@ from shapelint.measure.timer import Timing, cuda_timer
 #: (batch·heads, sequence, head dim): SpeechT5's and WavLM's encoders, GPT-2's, a long one
 SHAPES = ((96, 1024, 64), (192, 1024, 64), (32, 2048, 128))
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
-            "efficient": SDPBackend.EFFICIENT_ATTENTION}
+            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
 #: (backend, additive [T, T] mask, dropout)
 CASES = (("cudnn", False, 0.0), ("flash", False, 0.0), ("efficient", False, 0.0), ("cudnn", True, 0.0),
          ("efficient", True, 0.0), ("flash", False, 0.1), ("efficient", False, 0.1), ("efficient", True, 0.1))
 
 
-def case_ms(bh: int, t: int, d: int, backend: str, masked: bool, dropout: float) -> float | None:
-    q, k, v = (torch.randn(1, bh, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    mask = torch.randn(t, t, device="cuda", dtype=torch.bfloat16) if masked else None
-    grad = torch.randn(1, bh, t, d, device="cuda", dtype=torch.bfloat16)
+def fwd_bwd_ms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout: float,
+               causal: bool, backend: str | None) -> float | None:
+    """Median ms of one SDPA forward and backward (the mask's gradient too, where it
+    needs one) on ``backend``, or on the kernel PyTorch picks (None); None where the
+    backend refuses the call."""
+    inputs = (q, k, v, mask) if mask is not None and mask.requires_grad else (q, k, v)
+    grad = torch.randn_like(q)
 
     def step() -> object:
-        with sdpa_kernel(BACKENDS[backend]):
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-        return torch.autograd.grad(out, (q, k, v), grad)
+        if backend is None:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+        else:
+            with sdpa_kernel(BACKENDS[backend]):
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+        return torch.autograd.grad(out, inputs, grad)
 
     try:
         step()
     except RuntimeError:  # the backend refuses this call
         return None
     return Timing(tuple(cuda_timer()(step))).median
+
+
+def case_ms(bh: int, t: int, d: int, backend: str, masked: bool, dropout: float) -> float | None:
+    q, k, v = (torch.randn(1, bh, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    mask = torch.randn(t, t, device="cuda", dtype=torch.bfloat16) if masked else None
+    return fwd_bwd_ms(q, k, v, mask, dropout, False, backend)
 
 
 def main() -> None:
