@@ -37,19 +37,8 @@ def register() -> None:
     """Teach multi_gpu_step.py the bias-free OPT (its own models are unchanged)."""
     import multi_gpu_step as bench
 
-    if BIASLESS in bench.MODELS:
-        return
-    bench.MODELS[BIASLESS] = bench.MODELS["opt125m"]
-    config = bench.make_config
-
-    def make_config(name: str, smoke: bool):  # type: ignore[no-untyped-def]
-        if name != BIASLESS:
-            return config(name, smoke)
-        cfg = config("opt125m", smoke)
-        cfg.enable_bias = False  # q, k, v, out_proj, fc1, fc2 without biases; the LayerNorms keep theirs
-        return cfg
-
-    bench.make_config = make_config
+    # q, k, v, out_proj, fc1, fc2 without biases; the LayerNorms keep theirs
+    bench.register_variant(BIASLESS, "opt125m", lambda cfg, smoke: setattr(cfg, "enable_bias", False))
 
 
 def differences(rows: list[dict]) -> list[dict]:

@@ -82,19 +82,8 @@ def register_shard_model() -> None:
     """Teach multi_gpu_step.py the SL601 model (its own models are unchanged)."""
     import multi_gpu_step as bench
 
-    if SHARD_MODEL in bench.MODELS:
-        return
-    bench.MODELS[SHARD_MODEL] = bench.MODELS["llama1b"]
-    original = bench.make_config
-
-    def make_config(name: str, smoke: bool):  # type: ignore[no-untyped-def]
-        if name != SHARD_MODEL:
-            return original(name, smoke)
-        cfg = original("llama1b", smoke)
-        cfg.intermediate_size = SHARD_FFN if not smoke else 136
-        return cfg
-
-    bench.make_config = make_config
+    bench.register_variant(SHARD_MODEL, "llama1b",
+                           lambda cfg, smoke: setattr(cfg, "intermediate_size", 136 if smoke else SHARD_FFN))
 
 
 def estimate(name: str, layout: str, gpu: str, folder: Path, profile: str | None = None,

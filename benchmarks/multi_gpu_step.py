@@ -58,7 +58,9 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 # NVLink multicast (NVLS) stays off on the lent machines: never turn it on.
 os.environ["NCCL_NVLS_ENABLE"] = "0"
@@ -146,6 +148,25 @@ def build_model(name: str, device: torch.device, smoke: bool) -> nn.Module:
         model = cls(cfg)
     model.train()
     return model
+
+
+def register_variant(name: str, base: str, edit: Callable[[Any, bool], None]) -> None:
+    """A model this harness builds as ``base`` with its config changed by ``edit(config,
+    smoke)``, under ``name`` (its own models are unchanged)."""
+    global make_config
+    if name in MODELS:
+        return
+    MODELS[name] = MODELS[base]
+    original = make_config
+
+    def variant(model: str, smoke: bool):  # type: ignore[no-untyped-def]
+        if model != name:
+            return original(model, smoke)
+        cfg = original(base, smoke)
+        edit(cfg, smoke)
+        return cfg
+
+    make_config = variant
 
 
 def blocks_of(model: nn.Module, family: str) -> list[nn.Module]:
