@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -43,6 +42,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.machine_info import machine  # noqa: E402
 
 #: elements of each case ([B, 16, 1024, 128] with B = 4, 8, 32)
 SIZES = (8 << 20, 16 << 20, 64 << 20)
@@ -204,16 +205,6 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         print(f"{pred:10} {dt[:8]:8} {kind:9} {len(rs):3d} {statistics.median(fr):11.3f} {min(fr):6.3f} "
               f"{max(fr):6.3f} {'ok' if agree else 'MISMATCH'}")
     return out
-
-
-def machine() -> dict[str, Any]:
-    info: dict[str, Any] = {"python": platform.python_version()}
-    import torch
-
-    info["torch"] = torch.__version__
-    if torch.cuda.is_available():
-        info.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda)
-    return info
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import platform
 import statistics
 import sys
 import time
@@ -33,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.machine_info import machine  # noqa: E402
+
 MODELS = ROOT / "benchmarks" / "real_models"
 CORPUS = ROOT / "tests" / "corpus"
 
@@ -133,24 +136,10 @@ def main(argv: list[str] | None = None) -> int:
             meas = f"{r['measured_ms']:9.2f}" if r["measured_ms"] is not None else f"{'-':>9s}"
             err = f"{100 * r['error']:+6.1f}%" if r["error"] is not None else f"{'-':>7s}"
             print(f"{name:22s} {mode:8s} {r['estimated_ms']:9.2f} {rng:>17s} {meas} {err}  {why}", flush=True)
-    doc = {"machine": _machine(), "date": time.strftime("%Y-%m-%d"), "rows": rows}
+    doc = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "rows": rows}
     Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {args.json}")
     return 0
-
-
-def _machine() -> dict[str, Any]:
-    info: dict[str, Any] = {"python": platform.python_version()}
-    try:
-        import torch
-        import transformers
-
-        info.update(torch=torch.__version__, transformers=transformers.__version__,
-                    gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-                    cudnn=torch.backends.cudnn.version() if torch.cuda.is_available() else None)
-    except ImportError:
-        pass
-    return info
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -32,6 +31,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.machine_info import machine  # noqa: E402
+
 MODELS = ROOT / "benchmarks" / "real_models"
 CORPUS = ROOT / "tests" / "corpus"
 
@@ -134,22 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:14s} {mode:8s} {est['nchw_ms']:9.2f} {after:8.2f} {est_x:6.2f} {meas}"
                   f"{'' if est['finding'] else '  (no SL402 finding)' if est['after_ms'] else '  (SL402 proposed nothing)'}",
                   flush=True)
-    doc = {"machine": _machine(), "date": time.strftime("%Y-%m-%d"), "rows": rows}
+    doc = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "rows": rows}
     Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {args.json}")
     return 0
-
-
-def _machine() -> dict[str, Any]:
-    info: dict[str, Any] = {"python": platform.python_version()}
-    try:
-        import torch
-
-        info.update(torch=torch.__version__, gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-                    cudnn=torch.backends.cudnn.version() if torch.cuda.is_available() else None)
-    except ImportError:
-        pass
-    return info
 
 
 if __name__ == "__main__":

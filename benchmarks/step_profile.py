@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import platform
 import re
 import statistics
 import sys
@@ -54,6 +53,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.machine_info import machine  # noqa: E402
+
 MODELS = ROOT / "benchmarks" / "real_models"
 CORPUS = ROOT / "tests" / "corpus"
 
@@ -309,23 +311,6 @@ def short(name: str, width: int = 110) -> str:
 
 
 # -- the run ---------------------------------------------------------------------------------
-
-
-def machine() -> dict[str, Any]:
-    info: dict[str, Any] = {"python": platform.python_version()}
-    try:
-        import torch
-
-        info["torch"] = torch.__version__
-        if torch.cuda.is_available():
-            info.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda,
-                        cudnn=torch.backends.cudnn.version())
-        import transformers
-
-        info["transformers"] = transformers.__version__
-    except ImportError:
-        pass
-    return info
 
 
 def _rounded(x: Any) -> Any:
