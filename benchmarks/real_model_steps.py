@@ -1,6 +1,6 @@
 """Whole training steps of real models, eager and compiled, measured next to shapelint's
 estimate (issue 26): MoE experts in fp32, T5's position-bias attention, a convnet in both
-layouts, Mamba (where mamba_ssm is installed), a ViT, and a host-bound encoder.
+layouts, Mamba (where mamba_ssm is installed), a ViT, a host-bound encoder, ResNet-50 and a dense decoder.
 
 Self-contained: every config is in the repository (``benchmarks/real_models/``,
 ``tests/corpus/``), nothing is downloaded. Each model is linted in this process on the
@@ -48,6 +48,8 @@ TARGETS: tuple[tuple[str, Path, int, int, str, str | None], ...] = (
     ("mamba-130m", MODELS / "mamba-130m" / "config.json", 8, 1024, "fused selective scan", "mamba_ssm"),
     ("vit-base", CORPUS / "vit-base-patch16-224" / "config.json", 64, 224, "vision encoder attention", None),
     ("roberta-base", CORPUS / "roberta-base" / "config.json", 8, 512, "host-bound eager step", None),
+    ("resnet-50", CORPUS / "resnet-50" / "config.json", 64, 224, "batch norms and convolutions, NCHW", None),
+    ("qwen3-0.6b", CORPUS / "qwen3-0.6b" / "config.json", 8, 1024, "a dense decoder, GQA", None),
 )
 MODES = ("eager", "compile")
 
