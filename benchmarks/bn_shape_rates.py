@@ -54,15 +54,20 @@ MAX_IMAGE = 1_700_000
 MAX_ELEMENTS = 420_000_000
 
 
-def sweep_cases() -> list[tuple[int, int, int]]:
+#: held-out shapes (none of the fit's channels, sides or batches): a check of the law
+HELDOUT = ((24, 40, 80, 112, 192, 320, 672, 1152, 1280), (10, 20, 36, 72, 150), (16, 32, 128))
+
+
+def sweep_cases(heldout: bool = False) -> list[tuple[int, int, int]]:
     """(C, side, N) of the sweep: every combination a convnet has, pruned to ~60."""
+    channels, sides, batches = HELDOUT if heldout else (CHANNELS, SIDES, BATCHES)
     cases = []
-    for c in CHANNELS:
-        for s in SIDES:
+    for c in channels:
+        for s in sides:
             image = c * s * s
             if not MIN_IMAGE <= image <= MAX_IMAGE:
                 continue
-            for n in BATCHES:
+            for n in batches:
                 if MIN_ELEMENTS <= n * image <= MAX_ELEMENTS:
                     cases.append((c, s, n))
     return cases
@@ -157,8 +162,9 @@ def save(path: Path | None, rows: list[dict[str, Any]], **meta: Any) -> None:
         path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
-def sweep(reps: int, dry: bool, device: str = "cuda", limit: int = 0, path: Path | None = None) -> list[dict[str, Any]]:
-    cases = sweep_cases()[:limit or None]
+def sweep(reps: int, dry: bool, device: str = "cuda", limit: int = 0, path: Path | None = None,
+          heldout: bool = False) -> list[dict[str, Any]]:
+    cases = sweep_cases(heldout)[:limit or None]
     print(f"\n## sweep: {len(cases)} shapes x {len(LAYOUTS)} layouts, {reps} calls each")
     print(f"{'C':>5s} {'HW':>6s} {'N':>4s} {'layout':14s} {'MB/pass':>8s} {'total ms':>9s}  kernels (ms)")
     rows = []
@@ -251,6 +257,7 @@ def measure_step(target: Path, batch: int, seq: int, layout: str, steps: int) ->
 def steps_run(args: argparse.Namespace, path: Path | None = None) -> list[dict[str, Any]]:
     rows = []
     for name, target, batch, seq in STEP_TARGETS:
+        batch = args.batch or batch
         est = estimate(target, batch, seq, args.gpu)
         for layout in LAYOUTS:
             row: dict[str, Any] = {"model": name, "batch": batch, "seq": seq, "layout": layout,
@@ -290,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry", action="store_true", help="no GPU: the cases and the estimates")
     ap.add_argument("--device", default="cuda", help="cpu: a check of the sweep's plumbing (no kernels)")
     ap.add_argument("--limit", type=int, default=0, help="the first this many sweep shapes (0: all)")
+    ap.add_argument("--heldout", action="store_true", help="the sweep over held-out shapes (a check of the law)")
+    ap.add_argument("--batch", type=int, default=None, help="every step model at this batch (default: its own)")
     ap.add_argument("--out", default=".", help="directory for the JSON files")
     args = ap.parse_args(argv)
     if not args.sweep and not args.steps:
@@ -298,14 +307,15 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.sweep:
         t0 = time.perf_counter()
-        sweep(args.reps, args.dry, args.device, args.limit, out / "bn_shape_rates.json")
+        name = "bn_shape_rates_heldout.json" if args.heldout else "bn_shape_rates.json"
+        sweep(args.reps, args.dry, args.device, args.limit, out / name, args.heldout)
         print(f"(sweep: {time.perf_counter() - t0:.0f} s)")
     if args.steps:
         global STEP_TARGETS
         only = set(filter(None, args.only.split(",")))
         STEP_TARGETS = tuple(t for t in STEP_TARGETS if not only or t[0] in only)
         t0 = time.perf_counter()
-        steps_run(args, out / "bn_steps.json")
+        steps_run(args, out / (f"bn_steps_b{args.batch}.json" if args.batch else "bn_steps.json"))
         print(f"(steps: {time.perf_counter() - t0:.0f} s)")
     return 0
 
