@@ -55,11 +55,23 @@ EXCLUDED = ("bfloat16_copy", "copy_kernel", "fill", "memset", "memcpy")
 
 
 def build(module: str, shape: tuple[int, ...], channels_last: bool) -> tuple[Any, Any]:
+    """The module and a bf16 activation that needs its gradient (what a layer of a bf16
+    autocast step receives: a batch norm on an fp32 input would run, and be traced, in fp32)."""
     import torch
     from torch import nn
 
-    model = eval(module, {"nn": nn})  # noqa: S307 - the cases above
-    x = torch.randn(*shape)
+    class Bf16(nn.Module):
+        """The layer fed a bf16 activation (the trace hands a model fp32 inputs)."""
+
+        def __init__(self, layer: nn.Module) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(x.to(torch.bfloat16))
+
+    model = Bf16(eval(module, {"nn": nn}))  # noqa: S307 - the cases above
+    x = torch.randn(*shape, dtype=torch.bfloat16)
     if channels_last:
         model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
     return model, x.requires_grad_(True)
@@ -95,8 +107,9 @@ def measure(module: str, shape: tuple[int, ...], channels_last: bool, reps: int)
 
     def step() -> None:
         nonlocal dy
+        x.grad = None  # no accumulation kernel into the input's gradient
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            y = model(x.to(torch.bfloat16))
+            y = model(x)
         if dy is None:
             dy = torch.randn_like(y)
         y.backward(dy)
