@@ -139,5 +139,7 @@ def test_resnet50_batch_norms_priced_as_profiled() -> None:
         assert sum(batch_norm_ms(op, H100) or 0.0 for op in bns) == pytest.approx(profiled, rel=0.1)
     nchw = step_time(sm.step, sm.hw, sm.mode, sm.optimizer)
     assert nchw.ms == pytest.approx(31.0, rel=0.15)
-    found = [f for f in report.findings if f.code == "SL402"]
-    assert found and 1.1 < found[0].est_speedup < 1.5  # measured 1.13-1.44 on two hosts
+    # SL402's step: 45.3 -> 25.2 ms (1.80x) with one rate per layout; measured 1.13x and 1.44x
+    (found,) = [f for f in report.findings if f.code == "SL402"]
+    assert found.step_ms is not None and found.step_ms_saved is not None
+    assert found.step_ms / (found.step_ms - found.step_ms_saved) == pytest.approx(1.32, abs=0.05)
