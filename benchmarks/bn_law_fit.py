@@ -32,13 +32,13 @@ sys.path.insert(0, str(ROOT))
 DATA = ROOT / "docs" / "data"
 #: profile keys of each family: (thread rate, efficiency)
 KEYS = {
-    "nchw_stats": ("batch_norm_nchw_stats_thread_mbps", "batch_norm_nchw_stats_efficiency"),
-    "nchw_backward": ("batch_norm_nchw_backward_thread_mbps", "batch_norm_nchw_backward_efficiency"),
-    "nchw_transform": ("batch_norm_nchw_transform_thread_mbps", "batch_norm_nchw_transform_efficiency"),
-    "channels_last_stats": ("batch_norm_channels_last_stats_thread_mbps", "batch_norm_channels_last_stats_efficiency"),
-    "channels_last_reduce": ("batch_norm_channels_last_reduce_thread_mbps",
+    "nchw_stats": ("batch_norm_nchw_stats_thread_meps", "batch_norm_nchw_stats_efficiency"),
+    "nchw_backward": ("batch_norm_nchw_backward_thread_meps", "batch_norm_nchw_backward_efficiency"),
+    "nchw_transform": ("batch_norm_nchw_transform_thread_meps", "batch_norm_nchw_transform_efficiency"),
+    "channels_last_stats": ("batch_norm_channels_last_stats_thread_meps", "batch_norm_channels_last_stats_efficiency"),
+    "channels_last_reduce": ("batch_norm_channels_last_reduce_thread_meps",
                              "batch_norm_channels_last_reduce_efficiency"),
-    "channels_last": ("batch_norm_channels_last_thread_mbps", "batch_norm_channels_last_stream_efficiency"),
+    "channels_last": ("batch_norm_channels_last_thread_meps", "batch_norm_channels_last_stream_efficiency"),
 }
 STEP_TARGETS = {"resnet-50": (ROOT / "tests" / "corpus" / "resnet-50" / "config.json", 64),
                 "mbconv": (ROOT / "benchmarks" / "real_models" / "mbconv.py", 256)}
@@ -85,16 +85,16 @@ def fit(obs: list[tuple[Any, float]], hw: Any, block_us: float) -> tuple[dict[st
         pts = [(k, t) for k, t in obs if k.family == family]
         weights = [math.sqrt(t) for _, t in pts]
         best: tuple[float, float, float, list[float]] | None = None
-        for mbps in geometric(1.0, 200.0, 70):
+        for meps in geometric(0.5, 100.0, 70):
             for eff in geometric(0.05, 0.95, 60):
-                h = with_constants(hw, {**constants, KEYS[family][0]: mbps, KEYS[family][1]: eff})
+                h = with_constants(hw, {**constants, KEYS[family][0]: meps, KEYS[family][1]: eff})
                 errs = [math.log(kernel_ms(k, h) * 1e-3 / t) for k, t in pts]
                 loss = sum(w * e * e for w, e in zip(weights, errs)) / sum(weights)
                 if best is None or loss < best[0]:
-                    best = (loss, mbps, eff, errs)
+                    best = (loss, meps, eff, errs)
         assert best is not None
-        loss, mbps, eff, errs = best
-        constants[KEYS[family][0]], constants[KEYS[family][1]] = round(mbps, 3), round(eff, 3)
+        loss, meps, eff, errs = best
+        constants[KEYS[family][0]], constants[KEYS[family][1]] = round(meps, 3), round(eff, 3)
         stats[family] = {"kernels": len(pts), "weighted_rms_log": math.sqrt(loss),
                          "within_25pct": sum(abs(e) < math.log(1.25) for e in errs) / len(errs),
                          "worst": max(errs, key=abs)}

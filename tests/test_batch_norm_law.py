@@ -82,7 +82,7 @@ def test_the_law_of_one_backward_kernel_by_hand() -> None:
     dy twice and writing dx: the blocks' walk, not the bandwidth, sets the time."""
     (k,) = batch_norm_kernels((256, 32, 112, 112), False, True)
     s = H100.step
-    per_block = k.bytes / 32 / (s.batch_norm_nchw_backward_thread_mbps * 1e6 * 512 * (12544 / 12800))
+    per_block = k.bytes / 2 / 32 / (s.batch_norm_nchw_backward_thread_meps * 1e6 * 512 * (12544 / 12800))
     stream = k.bytes / (s.batch_norm_nchw_backward_efficiency * H100.memory_bandwidth_gbps * 1e9 * 12544 / 12800)
     assert per_block > 5 * stream
     assert kernel_ms(k, H100) == pytest.approx(1e3 * (s.batch_norm_block_us * 1e-6 + per_block))
@@ -116,7 +116,7 @@ def test_a_profile_without_the_law_prices_by_bytes() -> None:
     op = Op(0, "native_batch_norm", "reduction", False, 4_000_000, reads=((1, 2_000_000),), numel=1_000_000,
             shape=(16, 64, 32, 32))
     assert batch_norm_ms(op, H100) is not None
-    off = replace(H100, step=replace(H100.step, batch_norm_nchw_transform_thread_mbps=0.0))
+    off = replace(H100, step=replace(H100.step, batch_norm_nchw_transform_thread_meps=0.0))
     assert batch_norm_ms(op, off) is None
     assert batch_norm_ms(replace(op, shape=()), H100) is None
 

@@ -54,8 +54,8 @@ def test_batch_norm_is_priced_by_the_layout_and_shape_of_its_activation(layout: 
         assert op_ms(op, H100) == pytest.approx(sum(kernel_ms(k, H100) for k in kernels))
     # a profile without the law prices the bytes at one rate per layout, the NCHW kernels
     # (a block per channel striding over N and H·W) measured 3.3x slower per byte
-    no_law = replace(H100, step=replace(H100.step, batch_norm_nchw_stats_thread_mbps=0.0,
-                                        batch_norm_channels_last_stats_thread_mbps=0.0))
+    no_law = replace(H100, step=replace(H100.step, batch_norm_nchw_stats_thread_meps=0.0,
+                                        batch_norm_channels_last_stats_thread_meps=0.0))
     eff = (H100.step.batch_norm_channels_last_efficiency if layout else H100.step.batch_norm_nchw_efficiency)
     assert op_ms(fwd, no_law) == pytest.approx(memory_kernel_ms(fwd.bytes, eff, H100))
     assert H100.step.batch_norm_channels_last_efficiency / H100.step.batch_norm_nchw_efficiency == pytest.approx(

@@ -47,7 +47,8 @@ BLOCKS_PER_SM = 32
 @dataclass(frozen=True)
 class BnKernel:
     """One kernel of a batch norm: ``blocks`` of ``threads`` threads, ``lanes`` the
-    fraction of their loads that fall on an element, ``bytes`` read and written."""
+    fraction of their loads that fall on an element, ``bytes`` read and written, in
+    elements of ``element_bytes`` (a thread loads one element at a time)."""
 
     name: str
     family: Family
@@ -55,6 +56,7 @@ class BnKernel:
     threads: int
     lanes: float
     bytes: int
+    element_bytes: int = 2
 
     def resident(self, sms: int) -> int:
         """Blocks the GPU runs at once (by threads per SM, and blocks per SM)."""
@@ -95,13 +97,15 @@ def _nchw(n: int, c: int, plane: int, backward: bool, element_bytes: int) -> tup
     tf = num_threads(plane)
     walk = _walk(plane, tf)
     if backward:  # a block per channel: reduce (x, dy), then read both again, write dx
-        return (BnKernel("batch_norm_backward_kernel", "nchw_backward", c, MAX_BLOCK_SIZE, walk, 5 * tensor),)
-    stats = BnKernel("batch_norm_collect_statistics_kernel", "nchw_stats", c, MAX_BLOCK_SIZE, walk, tensor)
+        return (BnKernel("batch_norm_backward_kernel", "nchw_backward", c, MAX_BLOCK_SIZE, walk, 5 * tensor,
+                         element_bytes),)
+    stats = BnKernel("batch_norm_collect_statistics_kernel", "nchw_stats", c, MAX_BLOCK_SIZE, walk, tensor,
+                     element_bytes)
     tf = max(num_threads(plane // 4), min(num_threads(plane), 64))
     tb = max(64 // tf, 1)
     grid_y = min(max(1, min(256 * 1024 // c, ceil(n / tb))), MAX_GRID_SIZE)
     transform = BnKernel("batch_norm_transform_input_kernel", "nchw_transform", c * grid_y, tf * tb,
-                         _walk(plane, tf), 2 * tensor)
+                         _walk(plane, tf), 2 * tensor, element_bytes)
     return stats, transform
 
 
@@ -111,7 +115,7 @@ def _channels_last(n: int, c: int, plane: int, backward: bool, element_bytes: in
 
     def kernel(name: str, family: Family, passes: int, coop: bool) -> BnKernel:
         bx, by, gx, gy = flexible_launch(rows, c, coop)
-        return BnKernel(name, family, gx * gy, bx * by, c / (gx * bx), passes * tensor)
+        return BnKernel(name, family, gx * gy, bx * by, c / (gx * bx), passes * tensor, element_bytes)
 
     if backward:
         return (kernel("batch_norm_backward_reduce_channels_last_kernel", "channels_last_reduce", 2, True),

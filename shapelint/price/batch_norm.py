@@ -2,7 +2,8 @@
 timed by one law of block-parallel streaming.
 
 A kernel's blocks each stream their share of its bytes, every thread at a rate of its
-own (the loads it keeps in flight: ``batch_norm_<family>_thread_mbps``) after a fixed
+own in elements a second, whatever their width (the loads it keeps in flight:
+``batch_norm_<family>_thread_meps``) after a fixed
 start (``batch_norm_block_us``: a block's launch, its per-channel parameters, its final
 reduction); the GPU runs ``resident`` blocks at once, in waves. Whatever the blocks could
 stream, the kernel moves its bytes no faster than its family's fraction of the datasheet
@@ -24,20 +25,20 @@ BACKWARD_OPS = frozenset({"native_batch_norm_backward", "cudnn_batch_norm_backwa
 
 
 def rates(family: Family, hw: Hardware) -> tuple[float, float]:
-    """(bytes per second per thread, fraction of the datasheet bandwidth) of a family."""
+    """(elements per second per thread, fraction of the datasheet bandwidth) of a family."""
     s = hw.step
     table = {
-        "nchw_stats": (s.batch_norm_nchw_stats_thread_mbps, s.batch_norm_nchw_stats_efficiency),
-        "nchw_backward": (s.batch_norm_nchw_backward_thread_mbps, s.batch_norm_nchw_backward_efficiency),
-        "nchw_transform": (s.batch_norm_nchw_transform_thread_mbps, s.batch_norm_nchw_transform_efficiency),
-        "channels_last_stats": (s.batch_norm_channels_last_stats_thread_mbps,
+        "nchw_stats": (s.batch_norm_nchw_stats_thread_meps, s.batch_norm_nchw_stats_efficiency),
+        "nchw_backward": (s.batch_norm_nchw_backward_thread_meps, s.batch_norm_nchw_backward_efficiency),
+        "nchw_transform": (s.batch_norm_nchw_transform_thread_meps, s.batch_norm_nchw_transform_efficiency),
+        "channels_last_stats": (s.batch_norm_channels_last_stats_thread_meps,
                                 s.batch_norm_channels_last_stats_efficiency),
-        "channels_last_reduce": (s.batch_norm_channels_last_reduce_thread_mbps,
+        "channels_last_reduce": (s.batch_norm_channels_last_reduce_thread_meps,
                                  s.batch_norm_channels_last_reduce_efficiency),
-        "channels_last": (s.batch_norm_channels_last_thread_mbps, s.batch_norm_channels_last_stream_efficiency),
+        "channels_last": (s.batch_norm_channels_last_thread_meps, s.batch_norm_channels_last_stream_efficiency),
     }
-    mbps, eff = table[family]
-    return mbps * 1e6, eff
+    meps, eff = table[family]
+    return meps * 1e6, eff
 
 
 def kernel_ms(k: BnKernel, hw: Hardware) -> float:
@@ -45,7 +46,8 @@ def kernel_ms(k: BnKernel, hw: Hardware) -> float:
     slower; never under the shortest kernel."""
     per_thread, eff = rates(k.family, hw)
     waves = max(1.0, k.blocks / k.resident(hw.sms))
-    block_s = hw.step.batch_norm_block_us * 1e-6 + k.bytes / k.blocks / (per_thread * k.threads * k.lanes)
+    elements = k.bytes / k.element_bytes / k.blocks
+    block_s = hw.step.batch_norm_block_us * 1e-6 + elements / (per_thread * k.threads * k.lanes)
     stream_s = k.bytes / (eff * hw.memory_bandwidth_gbps * 1e9 * k.lanes)
     return 1e3 * max(waves * block_s, stream_s, hw.step.min_kernel_us * 1e-6)
 
