@@ -36,7 +36,10 @@ depthwise 3x3 with 144 channels at 72x72 2.86x (3.28x), 5x5 with 288 at 36x36 3.
 (3.20x); grouped 3x3 with 56 channels per group 0.75x (0.50x), with 64 per group
 1.21x (1.50x). ResNet-50 at batch 8 (``--verify``, each call timed alone): 1.80x
 (1.88x). The MBConv stack's whole training step (batch 256, 224x224, H100): 132.7 ms
-NCHW, 53.5 ms with the whole model channels-last (estimated 132.3 and 54.5 ms). The example ConvNet's misaligned
+NCHW, 53.5 ms with the whole model channels-last (estimated 129.6 and 55.2 ms).
+ResNet-50 at batch 64: 30.9 ms NCHW, 18.6-27.5 ms channels-last on three hosts (its
+channels-last step is near host-bound; estimated 33.2 and 25.2 ms), at batch 128 59.5
+and 34.2 ms (estimated 63.7 and 41.0: its convolutions are priced high). The example ConvNet's misaligned
 channels (30, 60, 100) step in 0.447 ms either way (H200); padded to 32, 64, 104,
 in 0.382 ms NCHW and 0.300 ms channels-last. The runs are in docs/benchmarks.md
 and docs/step-model.md.

@@ -5,6 +5,7 @@ path. The rates are the H100 profile's (``_arch.yaml``, ``docs/step-model.md``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from shapelint.capture.op_traffic import channels_last, stream_layout
 from shapelint.physics.conv import ConvCall
 from shapelint.physics.conv_kernels import BATCH_NORM, GEMM_1X1_MIN_ROWS, conv_kernel, kernel_of
 from shapelint.pipeline.run import trace
+from shapelint.price.batch_norm import kernel_ms, op_kernels
 from shapelint.price.gemm import conv_memory_efficiency, depthwise_efficiency
 from shapelint.price.inductor import fused_regions
 from shapelint.price.kernels import memory_kernel_ms, op_ms
@@ -37,18 +39,25 @@ def _bn_step(layout: bool, n: int = 8, c: int = 32, hw: int = 28):
 
 
 @pytest.mark.parametrize("layout", [False, True])
-def test_batch_norm_is_priced_by_the_layout_of_its_activation(layout: bool) -> None:
+def test_batch_norm_is_priced_by_the_layout_and_shape_of_its_activation(layout: bool) -> None:
     cap = _bn_step(layout)
     bns = [op for op in cap.ops if op.name in BATCH_NORM]
     assert [op.name for op in bns] == ["native_batch_norm", "native_batch_norm_backward"]
-    assert all(op.channels_last is layout for op in bns)
-    eff = (H100.step.batch_norm_channels_last_efficiency if layout else H100.step.batch_norm_nchw_efficiency)
+    assert all(op.channels_last is layout and op.shape == (8, 32, 28, 28) for op in bns)
     act = 8 * 32 * 28 * 28 * 2  # bf16 activation
     fwd, bwd = bns
     assert fwd.bytes >= 2 * act  # reads x, writes y (and the per-channel statistics)
     for op in bns:
-        assert op_ms(op, H100) == pytest.approx(memory_kernel_ms(op.bytes, eff, H100))
-    # the NCHW kernels (a block per channel striding over N and H·W) measured 3.3x slower per byte
+        # the kernels of its layout (shapelint.price.batch_norm), not its bytes at one rate
+        kernels = op_kernels(op)
+        assert {k.family.startswith("channels_last") for k in kernels} == {layout}
+        assert op_ms(op, H100) == pytest.approx(sum(kernel_ms(k, H100) for k in kernels))
+    # a profile without the law prices the bytes at one rate per layout, the NCHW kernels
+    # (a block per channel striding over N and H·W) measured 3.3x slower per byte
+    no_law = replace(H100, step=replace(H100.step, batch_norm_nchw_stats_thread_meps=0.0,
+                                        batch_norm_channels_last_stats_thread_meps=0.0))
+    eff = (H100.step.batch_norm_channels_last_efficiency if layout else H100.step.batch_norm_nchw_efficiency)
+    assert op_ms(fwd, no_law) == pytest.approx(memory_kernel_ms(fwd.bytes, eff, H100))
     assert H100.step.batch_norm_channels_last_efficiency / H100.step.batch_norm_nchw_efficiency == pytest.approx(
         0.267 / 0.080)
 

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 import torch
 
+from shapelint.physics.conv_kernels import BATCH_NORM
+
 #: how a copy or pointwise kernel walks memory (:func:`elementwise_access`)
 Access = Literal["vectorized", "coalesced", "strided"]
 
@@ -207,6 +209,16 @@ def channels_last(tensors: list[torch.Tensor], batch_norm: bool = False) -> bool
         if fmt is not None:
             return t.is_contiguous(memory_format=fmt) and not t.is_contiguous()
     return False
+
+
+def normalised_shape(name: str, tensors: list[torch.Tensor]) -> tuple[int, ...]:
+    """The shape of the activation a batch norm op normalises (its first tensor of two or
+    more dimensions: the input forward, the output's gradient backward); () for any
+    other op."""
+    if name not in BATCH_NORM:
+        return ()
+    t = next((x for x in tensors if x.dim() >= 2), None)
+    return tuple(int(n) for n in t.shape) if t is not None else ()
 
 
 def tensors_of(values: Any) -> list[torch.Tensor]:

@@ -63,6 +63,7 @@ class OpRow(NamedTuple):
     channels_last: bool = False
     coalesced: bool = False
     cast: bool = False
+    shape: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,26 @@ class StepProfile:
     #: measured, the row-reduction rate
     batch_norm_nchw_efficiency: float = 0.45
     batch_norm_channels_last_efficiency: float = 0.45
+    #: the batch-norm law by shape (``shapelint.price.batch_norm``), which replaces the two
+    #: rates above for an op whose activation's shape was recorded: per kernel family
+    #: (``shapelint.physics.batch_norm.FAMILIES``) the rate of one thread's loads, million
+    #: elements (of each tensor pass) a second,
+    #: and the fraction of the datasheet bandwidth the whole kernel reaches; a block's
+    #: fixed start, microseconds. A family whose thread rate is 0 (not measured) falls
+    #: back to the two rates above
+    batch_norm_nchw_stats_thread_meps: float = 0.0
+    batch_norm_nchw_stats_efficiency: float = 0.45
+    batch_norm_nchw_backward_thread_meps: float = 0.0
+    batch_norm_nchw_backward_efficiency: float = 0.45
+    batch_norm_nchw_transform_thread_meps: float = 0.0
+    batch_norm_nchw_transform_efficiency: float = 0.45
+    batch_norm_channels_last_stats_thread_meps: float = 0.0
+    batch_norm_channels_last_stats_efficiency: float = 0.45
+    batch_norm_channels_last_reduce_thread_meps: float = 0.0
+    batch_norm_channels_last_reduce_efficiency: float = 0.45
+    batch_norm_channels_last_thread_meps: float = 0.0
+    batch_norm_channels_last_stream_efficiency: float = 0.45
+    batch_norm_block_us: float = 0.0
     #: an Inductor kernel that reduces over all but one dimension (batch norm's statistics
     #: over N·H·W per channel, its weight and bias gradients) with its fused pointwise
     #: ops, by the bytes its fused region reads and writes; where not measured, pointwise

@@ -53,3 +53,7 @@ class Op:
     #: a copy or pointwise op that TensorIterator runs with a dynamic cast (its floating
     #: tensors of two dtypes, but the fp32 -> bf16/fp16 copy): never vectorised
     cast: bool = False
+    #: the shape of the activation a batch norm normalises (N, C, spatial...): PyTorch's
+    #: NCHW batch-norm kernels give each channel one block (``shapelint.physics.
+    #: batch_norm``), so their time depends on it, not on the bytes alone; () for other ops
+    shape: tuple[int, ...] = ()

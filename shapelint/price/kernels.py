@@ -22,6 +22,7 @@ from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm, Op, Work
 from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, bias_grad_bytes, head_dim, math_kernel
 from shapelint.physics.conv_kernels import BATCH_NORM
+from shapelint.price.batch_norm import batch_norm_ms
 from shapelint.price.gemm import CAUSAL_WORK, fused_dropout_ms, gemm_ms, mask_efficiency, total_ms
 
 #: how the step runs: eagerly, or as torch.compile (Inductor, default mode) runs it
@@ -46,10 +47,14 @@ def memory_kernel_ms(nbytes: float, efficiency: float, hw: Hardware) -> float:
 
 def op_ms(op: Op, hw: Hardware) -> float:
     """An eager memory-bound op (not a GEMM or attention). A batch norm runs PyTorch's
-    batch-norm kernels of its activation's layout (``shapelint.physics.conv_kernels``),
-    not a row reduction's."""
+    batch-norm kernels of its activation's layout and shape (``shapelint.price.
+    batch_norm``; by its bytes at one rate per layout where its shape is unknown), not a
+    row reduction's."""
     s = hw.step
     if op.name in BATCH_NORM:
+        by_shape = batch_norm_ms(op, hw)
+        if by_shape is not None:
+            return by_shape
         eff = s.batch_norm_channels_last_efficiency if op.channels_last else s.batch_norm_nchw_efficiency
     elif op.kind == "reduction":
         eff = s.reduction_efficiency
