@@ -25,6 +25,8 @@ For every Hugging Face config under tests/corpus/*/config.json, as a user lints 
     python benchmarks/corpus_findings_gpu.py --out $OUT/corpus_findings.json [--budget-s 1500] [MODEL ...]
     python benchmarks/corpus_findings_gpu.py --device cpu --tiny --out /tmp/smoke.json bert-base-uncased
     python benchmarks/corpus_findings_gpu.py --table $OUT/corpus_findings.json
+    python benchmarks/corpus_findings_gpu.py --reclassify docs/data/corpus_findings_h100_*_kernels.json --out /tmp/r.json
+        # saved runs' misalignments classified on the CPU as the script does now (timings kept)
 
 Results are written after every model (a timeout keeps what was done). Needs torch,
 transformers, pyyaml (and tomli on Python < 3.11); run from the repository root.
@@ -187,21 +189,14 @@ def misalignments(r: Any, bench: Bench, step_ms: float) -> list[dict[str, Any]]:
     """Every misaligned leading dimension (grouped by the set of misaligned values, or
     ``offset`` when only an offset or batch stride breaks the rule), timed before and
     after padding, with the part of the saving on GEMMs no finding covers."""
-    from shapelint.physics.alignment import is_aligned, misaligned_leading_dims
-
     by_index = {g.index: g for g in r.capture.gemms}
     covered = {i for f in r.findings for i, after in zip(f.gemms, f.after) if fixes(after, by_index[i], r.hardware)}
     groups: dict[str, dict[str, Any]] = {}
-    members: dict[str, list[Any]] = {}
-    for g in r.capture.gemms:
-        if g.role == "conv" or is_aligned(g, r.hardware):
-            continue
-        lds = sorted(misaligned_leading_dims(g, r.hardware))
-        key = ",".join(map(str, lds)) or "offset"
+    members = misaligned_groups(r.capture.gemms, r.hardware)
+    for key, g in ((k, g) for k, gs in members.items() for g in gs):
         grp = groups.setdefault(key, {"leading_dims": key, "gemms": 0, "modules": [], "saving_ms": 0.0,
                                       "uncovered_ms": 0.0, "untimed": 0, "before_ms": 0.0})
         grp["gemms"] += 1
-        members.setdefault(key, []).append(g)
         if g.module not in grp["modules"] and len(grp["modules"]) < 4:
             grp["modules"].append(g.module)
         try:
@@ -218,14 +213,33 @@ def misalignments(r: Any, bench: Bench, step_ms: float) -> list[dict[str, Any]]:
         if g.index not in covered:
             grp["uncovered_ms"] += before - after
     for key, grp in groups.items():
-        grp["no_knob"] = no_knob(key, members[key])
         grp["share"] = grp["saving_ms"] / step_ms if step_ms else None
         grp["uncovered_share"] = grp["uncovered_ms"] / step_ms if step_ms else None
-        grp["costly"] = bool(grp["share"] is not None and grp["share"] >= MISS_SHARE)
-        uncovered = bool(grp["uncovered_share"] is not None and grp["uncovered_share"] >= MISS_SHARE)
-        grp["miss"] = uncovered and grp["no_knob"] is None
-        grp["no_knob_uncovered"] = uncovered and grp["no_knob"] is not None
+        classify(grp, no_knob(key, members[key]))
     return sorted(groups.values(), key=lambda x: -x["saving_ms"])
+
+
+def misaligned_groups(gemms: Any, hw: Any) -> dict[str, list[Any]]:
+    """The GEMMs that break the alignment rule (convolutions left out), by the set of
+    their misaligned leading dimensions (``offset`` when only an offset or batch stride
+    breaks it), in capture order."""
+    from shapelint.physics.alignment import is_aligned, misaligned_leading_dims
+
+    groups: dict[str, list[Any]] = {}
+    for g in gemms:
+        if g.role != "conv" and not is_aligned(g, hw):
+            groups.setdefault(",".join(map(str, sorted(misaligned_leading_dims(g, hw)))) or "offset", []).append(g)
+    return groups
+
+
+def classify(grp: dict[str, Any], reason: str | None) -> None:
+    """A timed group's class: costly (>= MISS_SHARE of the step), and where that much of
+    it is uncovered, a miss or (``reason``: why no knob aligns it) no knob."""
+    grp["no_knob"] = reason
+    grp["costly"] = bool(grp["share"] is not None and grp["share"] >= MISS_SHARE)
+    uncovered = bool(grp["uncovered_share"] is not None and grp["uncovered_share"] >= MISS_SHARE)
+    grp["miss"] = uncovered and reason is None
+    grp["no_knob_uncovered"] = uncovered and reason is not None
 
 
 def no_knob(key: str, gemms: list[Any]) -> str | None:
@@ -289,6 +303,40 @@ def totals(doc: dict[str, Any]) -> dict[str, Any]:
             "within_25": sum(bool(f["within_25"]) for f in paired), "compared": len(paired)}
 
 
+def reclassify(files: list[str], hw_key: str | None) -> dict[str, Any]:
+    """Saved runs (a later file's model replaces an earlier one's) with the no-knob class
+    added on the CPU: each done model re-linted at the run's batch and seq, each saved
+    misalignment group classified by its key against the GEMMs of that lint (the GPU's
+    timings kept). A key the lint no longer has keeps its saved class (``reclassified``
+    False)."""
+    from shapelint import hardware
+    from shapelint.check import run as check
+    from shapelint.pipeline.result import Options
+    from shapelint.pipeline.run import lint_target
+
+    docs = [json.loads(Path(f).read_text()) for f in files]
+    doc = {**docs[0], "models": []}
+    models: dict[str, dict[str, Any]] = {}
+    for d in docs:
+        models.update({m["model"]: m for m in d["models"]})
+    hw = hardware.resolve(hw_key or doc["gpu_profile"])
+    args = doc.get("args", {})
+    for name, m in models.items():
+        if m.get("status") == "done":
+            r = lint_target(CORPUS / name / "config.json", Options(batch=args.get("batch"), seq=args.get("seq")), hw,
+                            check.load_rules(()))
+            members = misaligned_groups(r.capture.gemms, hw)
+            for grp in m["misalignments"]:
+                key = grp["leading_dims"]
+                grp["reclassified"] = key in members
+                if key in members:
+                    classify(grp, no_knob(key, members[key]))
+        doc["models"].append(m)
+    doc["reclassified"] = {"from": files, "env": environment(argparse.Namespace(device="cpu"))}
+    doc["totals"] = totals(doc)
+    return doc
+
+
 def table(doc: dict[str, Any]) -> str:
     def x(v: Any, fmt: str = ".2f") -> str:
         return "-" if v is None else format(v, fmt)
@@ -347,7 +395,20 @@ def main() -> int:
     p.add_argument("--batch", type=int)
     p.add_argument("--seq", type=int)
     p.add_argument("--tiny", action="store_true", help="smoke test: 2 layers, batch 1 x seq 64 (unless given)")
+    p.add_argument("--reclassify", nargs="+", metavar="FILE",
+                   help="saved results (a later file's model replaces an earlier one's): re-lint each done model on "
+                        "the CPU, classify its misalignments (no knob, miss), write --out and print the table")
     args = p.parse_args()
+    if args.reclassify:
+        if not args.out:
+            p.error("--reclassify needs --out FILE")
+        check_deps()
+        sys.path.insert(0, str(ROOT))
+        doc = reclassify(args.reclassify, args.gpu)
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+        print(table(doc))
+        print(f"wrote {args.out}")
+        return 0
     if args.table:
         print(table(json.loads(Path(args.table).read_text())))
         return 0
