@@ -42,7 +42,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -128,19 +127,10 @@ class Bench:
 
 
 def aligned(g: Any, hw: Any) -> Any:
-    """``g`` padded to the alignment rule: each misaligned leading dimension that is a
-    GEMM dimension up to the next aligned size, other leading dimensions, offsets and
-    batch strides rounded up."""
-    from shapelint.physics.alignment import misaligned_leading_dims
-    from shapelint.physics.reshape import resize
+    """``g`` padded to the alignment rule (shapelint.physics.alignment.padded_to_alignment)."""
+    from shapelint.physics.alignment import padded_to_alignment
 
-    a = hw.align_elems(g.dtype_bytes)
-    up = lambda v: -(-v // a) * a
-    for v in sorted(misaligned_leading_dims(g, hw) & {g.m, g.n, g.k}):
-        g = resize(g, v, up(v))
-    fix = lambda op: replace(op, ld=op.ld if op.single_line else up(op.ld), offset=up(op.offset),
-                             batch_stride=up(op.batch_stride) if op.batch_stride else 0)
-    return replace(g, a=fix(g.a), b=fix(g.b), out=fix(g.out))
+    return padded_to_alignment(g, hw)
 
 
 def findings_of(r: Any, bench: Bench, rows: list[dict[str, Any]]) -> None:
@@ -220,16 +210,10 @@ def misalignments(r: Any, bench: Bench, step_ms: float) -> list[dict[str, Any]]:
 
 
 def misaligned_groups(gemms: Any, hw: Any) -> dict[str, list[Any]]:
-    """The GEMMs that break the alignment rule (convolutions left out), by the set of
-    their misaligned leading dimensions (``offset`` when only an offset or batch stride
-    breaks it), in capture order."""
-    from shapelint.physics.alignment import is_aligned, misaligned_leading_dims
+    """The misaligned GEMMs by key (shapelint.physics.alignment.misaligned_groups)."""
+    from shapelint.physics.alignment import misaligned_groups as groups
 
-    groups: dict[str, list[Any]] = {}
-    for g in gemms:
-        if g.role != "conv" and not is_aligned(g, hw):
-            groups.setdefault(",".join(map(str, sorted(misaligned_leading_dims(g, hw)))) or "offset", []).append(g)
-    return groups
+    return groups(gemms, hw)
 
 
 def classify(grp: dict[str, Any], reason: str | None) -> None:
