@@ -14,12 +14,19 @@ For every Hugging Face config under tests/corpus/*/config.json, as a user lints 
   (shapelint.physics.alignment) is timed as recorded and padded to the aligned size;
   the saving, over every GEMM sharing the misaligned leading dimensions, is a share of
   the model's estimated step (summary ``step_ms``). A misalignment whose saving on
-  GEMMs no finding covers is >= 1% of the step is a *miss*. Convolutions are left out
+  GEMMs no finding covers is >= 1% of the step is a *miss*, unless no knob the user
+  owns aligns it (shapelint.locate.knobs.misalignment_without_knob: a view's row stride
+  the algorithm sets, such as Longformer's 3w+1; a sequence or position size of GEMMs
+  between activations, such as SpeechT5's 1023 frames): that is *no knob*, counted and
+  shown on its own, with its reason. Recall is over the misalignments a knob aligns;
+  ``recall_all`` counts the no-knob ones as missed too. Convolutions are left out
   (their channel alignment is SL401's, with its own measured table).
 
     python benchmarks/corpus_findings_gpu.py --out $OUT/corpus_findings.json [--budget-s 1500] [MODEL ...]
     python benchmarks/corpus_findings_gpu.py --device cpu --tiny --out /tmp/smoke.json bert-base-uncased
     python benchmarks/corpus_findings_gpu.py --table $OUT/corpus_findings.json
+    python benchmarks/corpus_findings_gpu.py --reclassify docs/data/corpus_findings_h100_*_kernels.json --out /tmp/r.json
+        # saved runs' misalignments classified on the CPU as the script does now (timings kept)
 
 Results are written after every model (a timeout keeps what was done). Needs torch,
 transformers, pyyaml (and tomli on Python < 3.11); run from the repository root.
@@ -35,7 +42,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +79,8 @@ def shrink(config: Path, folder: Path) -> Path:
         if isinstance(d, dict):
             return {k: (min(v, 2) if k in DEPTH_KEYS and isinstance(v, int) else
                         [1] * len(v) if k == "depths" else
-                        [[v[0][0], 1]] if k == "attention_types" else small(v)) for k, v in d.items()}
+                        [[v[0][0], 1]] if k == "attention_types" else
+                        v[:2] if k == "attention_window" and isinstance(v, list) else small(v)) for k, v in d.items()}
         return d
     out = folder / config.parent.name / "config.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -120,19 +127,10 @@ class Bench:
 
 
 def aligned(g: Any, hw: Any) -> Any:
-    """``g`` padded to the alignment rule: each misaligned leading dimension that is a
-    GEMM dimension up to the next aligned size, other leading dimensions, offsets and
-    batch strides rounded up."""
-    from shapelint.physics.alignment import misaligned_leading_dims
-    from shapelint.physics.reshape import resize
+    """``g`` padded to the alignment rule (shapelint.physics.alignment.padded_to_alignment)."""
+    from shapelint.physics.alignment import padded_to_alignment
 
-    a = hw.align_elems(g.dtype_bytes)
-    up = lambda v: -(-v // a) * a
-    for v in sorted(misaligned_leading_dims(g, hw) & {g.m, g.n, g.k}):
-        g = resize(g, v, up(v))
-    fix = lambda op: replace(op, ld=op.ld if op.single_line else up(op.ld), offset=up(op.offset),
-                             batch_stride=up(op.batch_stride) if op.batch_stride else 0)
-    return replace(g, a=fix(g.a), b=fix(g.b), out=fix(g.out))
+    return padded_to_alignment(g, hw)
 
 
 def findings_of(r: Any, bench: Bench, rows: list[dict[str, Any]]) -> None:
@@ -181,16 +179,11 @@ def misalignments(r: Any, bench: Bench, step_ms: float) -> list[dict[str, Any]]:
     """Every misaligned leading dimension (grouped by the set of misaligned values, or
     ``offset`` when only an offset or batch stride breaks the rule), timed before and
     after padding, with the part of the saving on GEMMs no finding covers."""
-    from shapelint.physics.alignment import is_aligned, misaligned_leading_dims
-
     by_index = {g.index: g for g in r.capture.gemms}
     covered = {i for f in r.findings for i, after in zip(f.gemms, f.after) if fixes(after, by_index[i], r.hardware)}
     groups: dict[str, dict[str, Any]] = {}
-    for g in r.capture.gemms:
-        if g.role == "conv" or is_aligned(g, r.hardware):
-            continue
-        lds = sorted(misaligned_leading_dims(g, r.hardware))
-        key = ",".join(map(str, lds)) or "offset"
+    members = misaligned_groups(r.capture.gemms, r.hardware)
+    for key, g in ((k, g) for k, gs in members.items() for g in gs):
         grp = groups.setdefault(key, {"leading_dims": key, "gemms": 0, "modules": [], "saving_ms": 0.0,
                                       "uncovered_ms": 0.0, "untimed": 0, "before_ms": 0.0})
         grp["gemms"] += 1
@@ -209,12 +202,40 @@ def misalignments(r: Any, bench: Bench, step_ms: float) -> list[dict[str, Any]]:
         grp["saving_ms"] += before - after
         if g.index not in covered:
             grp["uncovered_ms"] += before - after
-    for grp in groups.values():
+    for key, grp in groups.items():
         grp["share"] = grp["saving_ms"] / step_ms if step_ms else None
         grp["uncovered_share"] = grp["uncovered_ms"] / step_ms if step_ms else None
-        grp["costly"] = bool(grp["share"] is not None and grp["share"] >= MISS_SHARE)
-        grp["miss"] = bool(grp["uncovered_share"] is not None and grp["uncovered_share"] >= MISS_SHARE)
+        classify(grp, no_knob(key, members[key]))
     return sorted(groups.values(), key=lambda x: -x["saving_ms"])
+
+
+def misaligned_groups(gemms: Any, hw: Any) -> dict[str, list[Any]]:
+    """The misaligned GEMMs by key (shapelint.physics.alignment.misaligned_groups)."""
+    from shapelint.physics.alignment import misaligned_groups as groups
+
+    return groups(gemms, hw)
+
+
+def classify(grp: dict[str, Any], reason: str | None) -> None:
+    """A timed group's class: costly (>= MISS_SHARE of the step), and where that much of
+    it is uncovered, a miss or (``reason``: why no knob aligns it) no knob."""
+    grp["no_knob"] = reason
+    grp["costly"] = bool(grp["share"] is not None and grp["share"] >= MISS_SHARE)
+    uncovered = bool(grp["uncovered_share"] is not None and grp["uncovered_share"] >= MISS_SHARE)
+    grp["miss"] = uncovered and reason is None
+    grp["no_knob_uncovered"] = uncovered and reason is not None
+
+
+def no_knob(key: str, gemms: list[Any]) -> str | None:
+    """Why no knob aligns the misaligned leading dimensions ``key`` of ``gemms`` (each
+    value's reason, where every value has one), or None: a layer size sets one of them."""
+    from shapelint.locate.knobs import misalignment_without_knob
+
+    if key == "offset":
+        return None
+    reasons = [misalignment_without_knob(int(v), [g for g in gemms if int(v) in {g.a.ld, g.b.ld, g.out.ld}])
+               for v in key.split(",")]
+    return None if any(r is None for r in reasons) else "; ".join(dict.fromkeys(r for r in reasons if r))
 
 
 def run_model(name: str, config: Path, bench: Bench) -> dict[str, Any]:
@@ -252,14 +273,52 @@ def totals(doc: dict[str, Any]) -> dict[str, Any]:
     false = sum(f["status"] == "false alarm" for f in fs)
     costly = [x for m in doc["models"] if m.get("status") == "done" for x in m["misalignments"] if x["costly"]]
     misses = sum(x["miss"] for x in costly)
+    # results saved before the no-knob class have no such key: all their misses had a knob
+    without = sum(bool(x.get("no_knob_uncovered")) for x in costly)
+    knob = len(costly) - without
     paired = [f for f in fs if f.get("within_25") is not None]
     return {"models": len(doc["models"]), "done": sum(m.get("status") == "done" for m in doc["models"]),
             "findings": len(fs), "confirmed": conf, "false_alarms": false,
             "not_measured": sum(f["status"] == "not measured" for f in fs),
             "precision": conf / (conf + false) if conf + false else None,
-            "costly_misalignments": len(costly), "misses": misses,
-            "recall": (len(costly) - misses) / len(costly) if costly else None,
+            "costly_misalignments": len(costly), "misses": misses, "no_knob": without,
+            "recall": (knob - misses) / knob if knob else None,
+            "recall_all": (len(costly) - misses - without) / len(costly) if costly else None,
             "within_25": sum(bool(f["within_25"]) for f in paired), "compared": len(paired)}
+
+
+def reclassify(files: list[str], hw_key: str | None) -> dict[str, Any]:
+    """Saved runs (a later file's model replaces an earlier one's) with the no-knob class
+    added on the CPU: each done model re-linted at the run's batch and seq, each saved
+    misalignment group classified by its key against the GEMMs of that lint (the GPU's
+    timings kept). A key the lint no longer has keeps its saved class (``reclassified``
+    False)."""
+    from shapelint import hardware
+    from shapelint.check import run as check
+    from shapelint.pipeline.result import Options
+    from shapelint.pipeline.run import lint_target
+
+    docs = [json.loads(Path(f).read_text()) for f in files]
+    doc = {**docs[0], "models": []}
+    models: dict[str, dict[str, Any]] = {}
+    for d in docs:
+        models.update({m["model"]: m for m in d["models"]})
+    hw = hardware.resolve(hw_key or doc["gpu_profile"])
+    args = doc.get("args", {})
+    for name, m in models.items():
+        if m.get("status") == "done":
+            r = lint_target(CORPUS / name / "config.json", Options(batch=args.get("batch"), seq=args.get("seq")), hw,
+                            check.load_rules(()))
+            members = misaligned_groups(r.capture.gemms, hw)
+            for grp in m["misalignments"]:
+                key = grp["leading_dims"]
+                grp["reclassified"] = key in members
+                if key in members:
+                    classify(grp, no_knob(key, members[key]))
+        doc["models"].append(m)
+    doc["reclassified"] = {"from": files, "env": environment(argparse.Namespace(device="cpu"))}
+    doc["totals"] = totals(doc)
+    return doc
 
 
 def table(doc: dict[str, Any]) -> str:
@@ -280,13 +339,17 @@ def table(doc: dict[str, Any]) -> str:
             lines.append(f"    {f['code']} {f['module'][:34]:34} {fix[:30]:30} est {x(f['est_speedup'])}× "
                          f"measured {x(f.get('measured_speedup'))}× within 25%: {within:3} {f['status']}")
         for g in m.get("misalignments", []):
-            if g["miss"]:
-                lines.append(f"    MISS ld {g['leading_dims']} ({g['modules'][0]}, {g['gemms']} GEMMs): "
-                             f"{100 * g['uncovered_share']:.1f}% of the step uncovered")
+            if g["miss"] or g.get("no_knob_uncovered"):
+                what = "MISS" if g["miss"] else "NO KNOB"
+                lines.append(f"    {what} ld {g['leading_dims']} ({g['modules'][0]}, {g['gemms']} GEMMs): "
+                             f"{100 * g['uncovered_share']:.1f}% of the step uncovered"
+                             + (f" ({g['uncovered_ms']:.2f} ms): {g['no_knob']}" if g.get("no_knob_uncovered") else ""))
     t = totals(doc)
     lines.append(f"precision {x(t['precision'], '.0%')} ({t['confirmed']} confirmed, {t['false_alarms']} false alarms, "
                  f"{t['not_measured']} not measured); recall {x(t['recall'], '.0%')} ({t['misses']} missed of "
-                 f"{t['costly_misalignments']} misalignments >= {MISS_SHARE:.0%} of a step); est within 25% of "
+                 f"{t['costly_misalignments'] - t['no_knob']} misalignments >= {MISS_SHARE:.0%} of a step that a knob "
+                 f"aligns; {t['no_knob']} more no knob aligns, recall counting them {x(t['recall_all'], '.0%')}); "
+                 "est within 25% of "
                  f"measured: {t['within_25']}/{t['compared']}; {t['done']}/{t['models']} models done")
     return "\n".join(lines)
 
@@ -316,7 +379,20 @@ def main() -> int:
     p.add_argument("--batch", type=int)
     p.add_argument("--seq", type=int)
     p.add_argument("--tiny", action="store_true", help="smoke test: 2 layers, batch 1 x seq 64 (unless given)")
+    p.add_argument("--reclassify", nargs="+", metavar="FILE",
+                   help="saved results (a later file's model replaces an earlier one's): re-lint each done model on "
+                        "the CPU, classify its misalignments (no knob, miss), write --out and print the table")
     args = p.parse_args()
+    if args.reclassify:
+        if not args.out:
+            p.error("--reclassify needs --out FILE")
+        check_deps()
+        sys.path.insert(0, str(ROOT))
+        doc = reclassify(args.reclassify, args.gpu)
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+        print(table(doc))
+        print(f"wrote {args.out}")
+        return 0
     if args.table:
         print(table(json.loads(Path(args.table).read_text())))
         return 0

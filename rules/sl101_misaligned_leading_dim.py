@@ -9,6 +9,24 @@ bf16/fp16, 4 in tf32, 16 in fp8/int8. It models the real layouts: for
 token count, so an odd batch is not flagged. Vocabulary sizes are left to SL501,
 convolutions to SL401, and a tensor-parallel shard of a size aligned whole to SL601.
 
+A misaligned leading dimension that no knob the user owns aligns is not reported
+(``shapelint.locate.knobs``): no suggestion would be one they can make, and shapelint
+does not invent one. Two kinds, both measured on an H100 (2026-11-26,
+``benchmarks/corpus_findings_gpu.py``, padded to the aligned size, share of the step):
+
+- **a view's row stride the algorithm sets**, none of the GEMM's sizes: Longformer's
+  and LED's sliding-window attention multiplies views of a (chunks, w, 3w+1) tensor,
+  rows 3w+1 apart for the one-sided window w = ``attention_window`` / 2 (769 for
+  Longformer-base, 3.26 ms, 2.2%; 1537 for LED-base, 1.92 ms, 1.1%). No window aligns
+  it: 3w+1 is a multiple of 8 only for odd w, and then the chunk length 2w, a size of
+  the same GEMMs, is 2 modulo 4 (and the checkpoint was trained at its window).
+- **a sequence, window or position size of GEMMs between activations** (no weight,
+  no layer parameter of that value): SpeechT5's encoder over 1023 frames (the
+  feature extractor's output for the clip length; 4.09 ms, 2.0%, in its attention
+  and relative-position matmuls), vit-pytorch's 65 tokens, SAM's 14-wide windows.
+  The data's length or a pretrained constant: shorter or longer clips, crops and
+  windows change what the model computes, not only its speed.
+
 ## Why is this bad?
 cuBLAS's fastest (TMA / 16-byte vector load) kernels need 16-byte aligned rows;
 otherwise it falls back to kernels that load 2 or 4 bytes at a time. Measured on

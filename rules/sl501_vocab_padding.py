@@ -14,6 +14,12 @@ grad-weight GEMMs, usually the largest GEMMs of the step. Measured on an H200 in
 bf16 over 12288 tokens: ``nn.Linear(768, 50257)`` takes 22.9 ms for forward +
 backward against 4.4 ms at 50264 (5.2x).
 
+Where the host bounds the step, the GPU time the padding saves is reported with a
+note that says so: it shows once the step is GPU-bound (torch.compile, CUDA graphs, a
+larger batch). Whisper-small's 51865-token output layer at its default step (8 clips,
+448 tokens): 5.97 ms of GPU time measured on an H100 (6.07x on its GEMMs, estimated
+5.21 ms); the slice of the padded logits runs next to it, in the host's shadow too.
+
 ## Example
 ```python
 self.lm_head = nn.Linear(768, 50257, bias=False)  # GPT-2's vocabulary

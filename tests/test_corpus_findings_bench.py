@@ -43,8 +43,7 @@ def test_tiny_smoke_run_and_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     bench = bench_module()
     out = tmp_path / "r.json"
     # 4 x 512 tokens: the two-layer GPT-2's step is GPU-bound, so padding its vocabulary saves
-    # step time and is reported (at a few tokens the host bounds it and the slice-back makes the
-    # step slower: no finding)
+    # step time and is reported
     monkeypatch.setattr(sys, "argv", ["x", "--device", "cpu", "--tiny", "--batch", "4", "--seq", "512", "--out", str(out),
                                       "gpt2"])
     assert bench.main() == 0

@@ -130,3 +130,52 @@ def test_a_fused_switch_that_is_off_is_named() -> None:
     assert _fused_switch(outer) == "_Attend.flash"
     outer[1].flash = True
     assert _fused_switch(outer) is None
+
+
+class _Banded(torch.nn.Module):
+    """Longformer's sliding-window product of probabilities and values, reduced: the
+    probabilities are a view of a (chunks, 256, 3·256+1) tensor, rows 769 apart (taken
+    after the cast to bf16, as Longformer pads and views them, so autocast copies nothing)."""
+
+    def forward(self, probs: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(probs.to(torch.bfloat16)[..., :768], v.to(torch.bfloat16))
+
+
+class _Scores(torch.nn.Module):
+    """Attention scores over T frames, between two activations (SpeechT5's 1023)."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(q, k.transpose(1, 2))
+
+
+def _misaligned(module: torch.nn.Module, *inputs: torch.Tensor) -> dict[int, list]:  # type: ignore[type-arg]
+    from shapelint.hardware import resolve
+    from shapelint.physics.alignment import misaligned_leading_dims
+    from shapelint.pipeline.run import trace
+
+    hw = resolve("h100")
+    cap, _ = trace(lambda: (module, tuple(x.requires_grad_() for x in inputs)))
+    out: dict[int, list] = {}  # type: ignore[type-arg]
+    for g in cap.gemms:
+        for v in misaligned_leading_dims(g, hw):
+            out.setdefault(v, []).append(g)
+    return out
+
+
+def test_which_misaligned_leading_dims_no_knob_aligns() -> None:
+    """The recall benchmark's no-knob class (issue 26): a view's row stride the algorithm
+    sets (Longformer's 769 = 3·256 + 1, none of m, n, k), a frame count of GEMMs between
+    activations (SpeechT5's 1023); a layer's size has its knob, also where it is only a
+    gradient's operand."""
+    from shapelint.locate.knobs import misalignment_without_knob
+
+    banded = _misaligned(_Banded(), torch.randn(48, 256, 769), torch.randn(48, 768, 64))
+    assert set(banded) == {769} and {(g.m, g.n, g.k) for g in banded[769] if g.phase == "forward"} == {(256, 64, 768)}
+    assert "row stride of a view" in (misalignment_without_knob(769, banded[769]) or "")
+    scores = _misaligned(_Scores(), torch.randn(96, 1023, 64), torch.randn(96, 1023, 64))
+    assert set(scores) == {1023} and {g.phase for g in scores[1023]} == {"forward", "grad_input"}
+    assert "sequence, window or position size" in (misalignment_without_knob(1023, scores[1023]) or "")
+    head = _misaligned(torch.nn.Linear(64, 1023), torch.randn(4096, 64))
+    assert misalignment_without_knob(1023, head[1023]) is None  # out_features
+    assert misalignment_without_knob(1023, [g for g in head[1023] if g.phase == "grad_weight"]) is None
+    assert misalignment_without_knob(1023, []) is None

@@ -73,6 +73,32 @@ def not_a_knob(f: Finding, gemms: dict[int, Gemm]) -> str | None:
             f"it is the data's or the architecture's, not a layer size to pad")
 
 
+def misalignment_without_knob(value: int, gemms: Sequence[Gemm]) -> str | None:
+    """Why no knob the user owns aligns the misaligned leading dimension ``value`` of
+    ``gemms`` (the GEMMs it is a leading dimension of), or None where a layer size sets it
+    (a rule's finding, or a miss). Two causes, both the architecture's or the data's:
+
+    - **a view's row stride**: ``value`` is none of m, n, k of any of the GEMMs: a view of
+      a larger tensor (Longformer's and LED's overlapping chunks, rows 3w+1 apart for a
+      one-sided window w = attention_window / 2: 769, 1537). The algorithm sets it; no
+      window aligns it either: 3w+1 is a multiple of 8 only for odd w, and then the
+      chunk length 2w, a dimension of the same GEMMs, is 2 modulo 4.
+    - **a sequence, window or position size**: no layer parameter has the value and it
+      is no weight's dimension (m or n of a ``grad_weight`` GEMM; its k is the token
+      count): SpeechT5's 1023 encoder frames in its attention and relative-position
+      matmuls, the data's length or a pretrained constant (:func:`not_a_knob` says the
+      same of a finding)."""
+    if not gemms:
+        return None
+    if all(value not in (g.m, g.n, g.k) for g in gemms):
+        return (f"{value} is the row stride of a view (a larger tensor's rows, as the model's algorithm lays them "
+                f"out), none of the GEMMs' sizes: no layer size or setting aligns it")
+    if any(g.param(value) or (g.phase == "grad_weight" and value in (g.m, g.n)) for g in gemms):
+        return None  # a weight's dimension (a gradient's k is the token count: not one)
+    return (f"{value} is a sequence, window or position size of GEMMs between activations (no weight): "
+            f"the data's length or the architecture's, not a layer size to pad")
+
+
 def actionable(findings: Sequence[Finding], gemms: dict[int, Gemm]) -> list[Finding]:
     """The findings whose suggestion is a knob (:func:`not_a_knob`)."""
     return [f for f in findings if not_a_knob(f, gemms) is None]
@@ -205,4 +231,4 @@ def advise(findings: Sequence[Finding], model: torch.nn.Module, gemms: Sequence[
     return out
 
 
-__all__ = ["actionable", "advise", "attention_advice", "not_a_knob", "one_per_module"]
+__all__ = ["actionable", "advise", "attention_advice", "misalignment_without_knob", "not_a_knob", "one_per_module"]

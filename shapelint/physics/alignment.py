@@ -8,9 +8,11 @@ token count) does not matter. The one definition of that rule.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 
 from shapelint.hardware import Hardware
 from shapelint.model.records import ATTN_ROLES, Gemm, Operand
+from shapelint.physics.reshape import resize
 
 
 def aligned_bytes(value_elems: int, dtype_bytes: int, cap: int = 16) -> int:
@@ -74,3 +76,33 @@ def misaligned_layer_sizes(gemms: Sequence[Gemm], hw: Hardware,
                 continue
             seen.add((g.module, value))
             yield value, tuple(h for h in gemms if h.module == g.module and value in (h.m, h.n, h.k))
+
+
+def misaligned_groups(gemms: Sequence[Gemm], hw: Hardware) -> dict[str, list[Gemm]]:
+    """The GEMMs that break the rule (convolutions left out: SL401's), by the set of their
+    misaligned leading dimensions (``"769"``, ``"1023,1046529"``; ``"offset"`` where only
+    an offset or a batch stride breaks it), in capture order."""
+    groups: dict[str, list[Gemm]] = {}
+    for g in gemms:
+        if g.role != "conv" and not is_aligned(g, hw):
+            groups.setdefault(",".join(map(str, sorted(misaligned_leading_dims(g, hw)))) or "offset", []).append(g)
+    return groups
+
+
+def padded_to_alignment(g: Gemm, hw: Hardware) -> Gemm:
+    """``g`` as it would run aligned: each misaligned leading dimension that is a GEMM
+    dimension padded up to the next aligned size, the other leading dimensions (a view's
+    stride), offsets and batch strides rounded up (what aligning costs nothing to name)."""
+    a = hw.align_elems(g.dtype_bytes)
+
+    def up(v: int) -> int:
+        return -(-v // a) * a
+
+    for v in sorted(misaligned_leading_dims(g, hw) & {g.m, g.n, g.k}):
+        g = resize(g, v, up(v))
+
+    def fix(op: Operand) -> Operand:
+        return replace(op, ld=op.ld if op.single_line else up(op.ld), offset=up(op.offset),
+                       batch_stride=up(op.batch_stride) if op.batch_stride else 0)
+
+    return replace(g, a=fix(g.a), b=fix(g.b), out=fix(g.out))

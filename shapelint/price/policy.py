@@ -19,11 +19,11 @@ The reporting policy (``Policy``), in one place:
    the step's GEMM time. Advice worth less than that is not worth a user's time.
    The saving must be positive here too (``--min-step-share 0`` kept a finding that
    saved nothing), and a change the step model estimates makes the step slower is
-   not reported at all, whatever it saves on the GPU: on a host-bound step its own
-   costs (slicing a padded tensor back, the kernels it adds) can land on the timeline
-   where the GEMM time it saves is hidden (Whisper-small's vocabulary: 5.21 ms of GPU
-   time saved, the step 0.68 ms slower, was reported as an error). When two rules
-   propose the same change on the same modules, the larger saving is kept.
+   not reported at all, whatever it saves on the GPU: on a host-bound step the kernels
+   it adds cost host time where the GEMM time it saves is hidden. Its GPU side costs
+   (slicing a padded tensor back) run where the step runs them, next to the layer they
+   slice (``shapelint.price.step.side_at``), hidden as that layer's saving is. When
+   two rules propose the same change on the same modules, the larger saving is kept.
 4. Severity follows the saving: the rule's, but an ``error`` needs a speedup on the
    covered work of at least ``error_speedup`` (1.25x); below it, a ``warning``.
 

@@ -22,7 +22,7 @@ from shapelint.price.communication import (
 from shapelint.price.gemm import gemm_ms
 from shapelint.price.inductor import inductor_laid_out, pad_mm_padded
 from shapelint.price.relaid import Relaid, Retrace, relaid_for
-from shapelint.price.step import Mode, Step, StepTime, side_ms, step_time
+from shapelint.price.step import Mode, Step, StepTime, side_at, step_time
 
 
 @dataclass(frozen=True)
@@ -140,13 +140,13 @@ class StepModel:
         other findings' GEMM after-times and fused ops carried over to it."""
         taken = [f for f in findings if f.gain != "throughput"]
         live = [f for f in taken if not f.suppressed]
-        slices = dict.fromkeys(s for f in live for s in f.slices)
-        extra = side_ms(slices, self.hw, self.mode, self.step.training)
         plan = self.parallel
         if plan is not None:
             plan = applied(plan, [f.parallel for f in live if f.parallel is not None])
         step, times, fused = self._applied(taken, plan)
-        return self._timed(step_time(step, self.hw, self.mode, self.optimizer, times, extra, fused), plan)
+        extra = side_at(step, [(s, f.gemms) for f in live for s in f.slices], self.hw, self.mode)
+        return self._timed(step_time(step, self.hw, self.mode, self.optimizer, times, fused=fused, extra_at=extra),
+                           plan)
 
     def _applied(self, taken: Sequence[Finding], plan: ParallelPlan | None
                  ) -> tuple[Step, dict[int, float], frozenset[int]]:

@@ -182,6 +182,14 @@ class Timeline:
         self.classes[kind] = self.classes.get(kind, 0.0) + ms
         self.issued.append((ms, launched, launched * self.per_kernel_us * 1e-3 + host_ms))
 
+    def add_at(self, at: int, kind: str, ms: float) -> None:
+        """``ms`` more kernel time of class ``kind`` on the GPU where the host issued
+        entry ``at`` (its kernels run there; no entry moves, so the syncs keep their
+        positions)."""
+        self.classes[kind] = self.classes.get(kind, 0.0) + ms
+        kernel_ms, launched, host_ms = self.issued[at]
+        self.issued[at] = (kernel_ms + ms, launched, host_ms)
+
     def time(self, hw: Hardware, mode: Mode, syncs: tuple[int, ...], graphs_host: float) -> StepTime:
         """The step: the larger of GPU and host time, or the timeline through the host's
         waits; and the same on the fastest and the slowest measured host."""
@@ -204,11 +212,12 @@ class Timeline:
 
 def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "adamw",
               gemm_times: Mapping[int, float] | None = None, extra_ms: float = 0.0,
-              fused: frozenset[int] = frozenset()) -> StepTime:
+              fused: frozenset[int] = frozenset(), extra_at: Mapping[int, float] | None = None) -> StepTime:
     """The step's estimate. ``gemm_times`` overrides GEMM records' times (a finding's
-    after-times); ``extra_ms`` adds GPU time (a change's side costs); ``fused`` are the
-    positions of memory-bound ops a change folds into its kernels (``Change.fuses``),
-    which the step then runs no more."""
+    after-times); ``extra_ms`` adds GPU time (a change's side costs) at the end of the
+    step, ``extra_at`` at the positions in ``step.ops`` where it runs (``side_at``);
+    ``fused`` are the positions of memory-bound ops a change folds into its kernels
+    (``Change.fuses``), which the step then runs no more."""
     per_kernel_us, per_tensor_us = host_costs(hw, mode)
     t = Timeline(per_kernel_us)
     _issue_ops(t, step, hw, mode, gemm_times or {}, fused)
@@ -219,6 +228,8 @@ def step_time(step: Step, hw: Hardware, mode: Mode = "eager", optimizer: str = "
             t.add("optimizer", opt_ms, launches, len(step.params) * per_tensor_us * 1e-3)
     if extra_ms:
         t.add("side", extra_ms, 0)
+    for at, ms in (extra_at or {}).items():
+        t.add_at(at, "side", ms)
     fallback_reads = tuple(i for i in step.host_reads if i not in step.syncs)
     return t.time(hw, mode, step.host_reads if mode == "eager" else fallback_reads, graphs_host)
 
@@ -293,5 +304,25 @@ def side_ms(slices: Iterable[Slice], hw: Hardware, mode: Mode, training: bool) -
     return sum(slice_ms(s, hw, mode, training) for s in slices)
 
 
-__all__ = ["MODES", "OPTIMIZER_PASSES", "Mode", "Step", "StepTime", "Timeline", "between_graphs", "side_ms",
-           "slice_ms", "step_time"]
+def side_at(step: Step, placed: Iterable[tuple[Slice, Sequence[int]]], hw: Hardware, mode: Mode
+            ) -> dict[int, float]:
+    """Each slice's cost (``slice_ms``) at the position in ``step.ops`` of the first op that
+    runs one of its GEMMs (the output layer whose logits it slices: the strided read and
+    the padded gradient run next to it). There the GPU runs it in the host's shadow
+    wherever the host bounds that part of the step, as it runs the GEMM time the padding
+    saves; at the end of the step, after the host has issued everything, it would show
+    in full (Whisper-small's padded vocabulary was priced 0.68 ms slower so). A slice
+    whose GEMMs no op runs stays at the end (position -1)."""
+    where = {i: at for at, op in enumerate(step.ops) for i in op.gemms}
+    first: dict[Slice, Sequence[int]] = {}
+    for s, gemms in placed:  # two findings that slice the same tensor pay for it once
+        first.setdefault(s, gemms)
+    out: dict[int, float] = {}
+    for s, gemms in first.items():
+        at = min((where[i] for i in gemms if i in where), default=-1)
+        out[at] = out.get(at, 0.0) + slice_ms(s, hw, mode, step.training)
+    return out
+
+
+__all__ = ["MODES", "OPTIMIZER_PASSES", "Mode", "Step", "StepTime", "Timeline", "between_graphs", "side_at",
+           "side_ms", "slice_ms", "step_time"]
