@@ -62,24 +62,24 @@ def layout_wrap(plan: ParallelPlan, device: str, change: ParallelChange | None =
         raise ShapelintError(f"--verify --step measures one parallel engine at a time, not {lay.describe()}")
     kind = torch.device(device).type
     if lay.dp > 1:
-        return lambda model: _ddp(model, device)
+        return lambda model: ddp(model, device)
     if lay.fsdp > 1:
         k = change.fsdp_blocks_per_group if change is not None else 1
         names = [g.name for g in plan.groups[1:]]
-        return lambda model: _fsdp(model, kind, lay.fsdp, names, k)
+        return lambda model: fsdp(model, kind, lay.fsdp, names, k)
     styles = {**dict(plan.tp_styles), **dict(change.tp_styles if change is not None else ())}
     must = dict(change.tp_styles) if change is not None else {}
-    return lambda model: _tensor_parallel(model, kind, lay.tp, styles, must)
+    return lambda model: tensor_parallel(model, kind, lay.tp, styles, must)
 
 
-def _ddp(model: torch.nn.Module, device: str) -> torch.nn.Module:
+def ddp(model: torch.nn.Module, device: str) -> torch.nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [torch.device(device).index] if torch.device(device).type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
 
 
-def _fsdp(model: torch.nn.Module, kind: str, n: int, names: list[str], per_group: int = 1) -> torch.nn.Module:
+def fsdp(model: torch.nn.Module, kind: str, n: int, names: list[str], per_group: int = 1) -> torch.nn.Module:
     """``fully_shard`` on every ``per_group`` consecutive blocks (one module, or a list of
     them: one group), then on the root. The blocks are the plan's groups, the ones the
     estimate priced (every stack's: an encoder's and a decoder's), grouped as the pricer
@@ -103,7 +103,7 @@ def _blocks(model: torch.nn.Module, names: list[str]) -> list[torch.nn.Module]:
     return [block for _, block in (max(found, key=lambda s: len(s[1]))[1] if found else [])]
 
 
-def _tensor_parallel(model: torch.nn.Module, kind: str, n: int, styles: dict[str, str],
+def tensor_parallel(model: torch.nn.Module, kind: str, n: int, styles: dict[str, str],
                      must: dict[str, str] | None = None) -> torch.nn.Module:
     """DTensor styles on ``styles``' linear layers. The layers of ``must`` (a finding's
     change: an attention sharded) must be ``nn.Linear`` (else the variant fails rather
@@ -148,4 +148,4 @@ def _dtensor_plan(styles: dict[str, str]) -> dict[str, Any]:
     return plan
 
 
-__all__ = ["Wrap", "init_process_group", "layout_wrap"]
+__all__ = ["Wrap", "ddp", "fsdp", "init_process_group", "layout_wrap", "tensor_parallel"]
