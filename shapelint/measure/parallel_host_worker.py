@@ -111,7 +111,8 @@ def trainer(layout: str, bias: bool, device: str, world: int) -> Callable[[], No
     groups = [g for g in ({"params": [p for p in params if isinstance(p, DTensor)]},
                           {"params": [p for p in params if not isinstance(p, DTensor)]}) if g["params"]]
     kind = torch.device(device).type
-    opt = torch.optim.AdamW(groups, lr=1e-4, **({"fused": True} if kind == "cuda" else {"foreach": True}))
+    cuda = kind == "cuda"
+    opt = torch.optim.AdamW(groups, lr=1e-4, fused=cuda or None, foreach=None if cuda else True)
 
     def step() -> None:
         with torch.autocast(kind, dtype=torch.bfloat16):
