@@ -1,0 +1,74 @@
+"""FSDP2's mixed precision (``--fsdp-param-dtype`` / ``--fsdp-reduce-dtype``, issue 27):
+``MixedPrecisionPolicy(param_dtype=bf16)`` casts each parameter shard before its
+all-gather, so the bytes gathered halve; ``reduce_dtype`` (default: the param dtype, as
+FSDP2's) sets the reduce-scatter's. Priced on the probe model of calibrate's parallel
+host probe (24 blocks of 132,864 bytes of fp32 parameters, a 512-byte root)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shapelint.app.api import lint, lint_target
+from shapelint.app.cli import main
+from shapelint.errors import ShapelintError
+from shapelint.measure.parallel_host_worker import probe_model
+from shapelint.price.communication import fsdp_bytes
+
+BLOCK, ROOT, BLOCKS = 132_864, 512, 24
+
+
+def _fsdp(**policy: str) -> dict[str, tuple[int, int, float]]:
+    model, x = probe_model(True)
+    t = lint(model, (x,), gpu="h200", fsdp=2, **policy).result.step_time  # type: ignore[arg-type]
+    assert t is not None and t.communication is not None
+    return {c.op: (c.count, c.nbytes, c.ms) for c in t.communication.collectives}
+
+
+def test_bf16_parameters_halve_the_all_gathers_and_by_default_the_reduce_scatters() -> None:
+    fp32, mixed, bf16 = _fsdp(), _fsdp(fsdp_param_dtype="bf16", fsdp_reduce_dtype="fp32"), \
+        _fsdp(fsdp_param_dtype="bf16")
+    # the forward gathers every group, the backward every block again; one reduce-scatter a group
+    assert fp32["all_gather"][:2] == (2 * BLOCKS + 1, ROOT + 2 * BLOCKS * BLOCK)
+    assert fp32["reduce_scatter"][:2] == (BLOCKS + 1, ROOT + BLOCKS * BLOCK)
+    assert mixed["all_gather"][:2] == (2 * BLOCKS + 1, (ROOT + 2 * BLOCKS * BLOCK) // 2)
+    assert mixed["reduce_scatter"] == fp32["reduce_scatter"]
+    assert bf16["reduce_scatter"][:2] == (BLOCKS + 1, (ROOT + BLOCKS * BLOCK) // 2)
+    assert mixed["all_gather"][2] < fp32["all_gather"][2]
+
+
+def test_fsdp_bytes_follow_the_dtype_table() -> None:
+    assert (fsdp_bytes(BLOCK, "fp32"), fsdp_bytes(BLOCK, "bf16"), fsdp_bytes(BLOCK, "fp16")) == (BLOCK, BLOCK // 2,
+                                                                                                    BLOCK // 2)
+
+
+def test_the_policy_needs_fsdp_and_a_known_dtype(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model, x = probe_model(True)
+    with pytest.raises(ShapelintError, match="need --fsdp above 1"):
+        lint(model, (x,), gpu="h200", dp=2, fsdp_param_dtype="bf16")
+    with pytest.raises(ShapelintError, match="fsdp_param_dtype=: expected one of fp32, bf16, fp16"):
+        lint(model, (x,), gpu="h200", fsdp=2, fsdp_param_dtype="fp8")
+    (tmp_path / "m.py").write_text("from torch import nn\n\ndef build():\n    return nn.Linear(64, 64)\n")
+    target = tmp_path / "t.yaml"
+    target.write_text("model: m.py:build\ninputs:\n  - shape: [8, 64]\n    dtype: float\nfsdp: 2\n"
+                      "fsdp_param_dtype: int8\n")
+    with pytest.raises(ShapelintError, match="fsdp_param_dtype must be one of fp32, bf16, fp16"):
+        lint_target(target, gpu="h200")
+    assert main([str(target), "--no-cache", "--fsdp-param-dtype", "bf16x"]) == 2
+    assert "invalid choice: 'bf16x'" in capsys.readouterr().err
+
+
+def test_the_json_layout_and_the_text_summary_name_the_policy(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "m.py").write_text("from torch import nn\n\ndef build():\n"
+                                   "    return nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)])\n")
+    target = tmp_path / "t.yaml"
+    target.write_text("model: m.py:build\ninputs:\n  - shape: [8, 64]\n    dtype: float\nfsdp: 2\n"
+                      "fsdp_param_dtype: bf16\n")
+    main([str(target), "--no-cache", "--gpu", "h200", "--format", "json", "--fsdp-reduce-dtype", "fp32"])
+    layout = json.loads(capsys.readouterr().out)["summary"]["parallel"]
+    assert (layout["fsdp_param_dtype"], layout["fsdp_reduce_dtype"]) == ("bf16", "fp32")
+    main([str(target), "--no-cache", "--gpu", "h200"])
+    assert "FSDP 2 (FSDP bf16 parameters, bf16 gradients): 2 GPUs" in capsys.readouterr().out
