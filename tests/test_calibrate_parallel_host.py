@@ -126,3 +126,15 @@ def test_the_probe_runs_on_two_gloo_ranks() -> None:
     assert [(s["variant"], s["layout"]) for s in found["steps"]] == [
         (v, layout) for v in ("bias", "nobias") for layout in ("none", "ddp", "fsdp", "tp")]
     assert all(s["ms"] > 0 for s in found["steps"])
+
+
+def test_the_round_by_round_difference_wins_over_the_medians_difference() -> None:
+    """The worker's ``added_ms`` (each round's layout minus the one-GPU step timed just
+    before it) is what the speed is read from: the one-GPU step's own drift cancels."""
+    found = _steps({"tp": 1.0}, {"bias": 40.0})
+    engine_ms = modelled("bias", "tp", 2, H200)[1]
+    for s in found["steps"]:
+        if s["layout"] == "tp":
+            s["ms"] += 30.0  # the medians say 30 ms more ...
+            s["added_ms"] = 0.5 * engine_ms  # ... the rounds say half the modelled engine work
+    assert engine_speeds(found, H200)["tp"].speed == pytest.approx(0.5, abs=1e-3)

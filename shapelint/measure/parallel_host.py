@@ -12,6 +12,10 @@ what that engine adds to the one-GPU step:
 
     speed(engine) = Σ (measured(layout) − measured(none) − modelled other) / Σ modelled engine
 
+(measured(layout) − measured(none): the median over rounds of each round's difference,
+the one-GPU step timed just before the layout's, so that the host's drift between
+rounds cancels)
+
 over the probe's variants, the modelled terms being the pricer's own for the same model
 and layout on the base profile (:func:`shapelint.pipeline.run.lint_module`): the
 engine's ``host_us`` terms (``Communication.host_ms``), and whatever else the layout
@@ -97,6 +101,9 @@ def engine_speeds(found: dict[str, Any], hw: Hardware,
     :data:`SPEED_BOUNDS` is left out, and the log says why."""
     world = int(found["world"])
     ms = {(s["variant"], s["layout"]): float(s["ms"]) for s in found["steps"]}
+    # the round-by-round difference to the one-GPU step where the probe gives it
+    added = {(s["variant"], s["layout"]): float(s.get("added_ms", s["ms"] - ms[(s["variant"], "none")]))
+             for s in found["steps"] if (s["variant"], "none") in ms}
     variants = sorted({v for v, _ in ms})
     base = {v: modelled(v, "none", world, hw)[0] for v in variants if (v, "none") in ms}
     out = {}
@@ -106,7 +113,7 @@ def engine_speeds(found: dict[str, Any], hw: Hardware,
             if (v, engine) not in ms:
                 continue
             host, engine_ms = modelled(v, engine, world, hw)
-            measured += ms[(v, engine)] - ms[(v, "none")] - (host - engine_ms - base[v])
+            measured += added[(v, engine)] - (host - engine_ms - base[v])
             model_engine += engine_ms
         if model_engine <= 0:
             continue

@@ -42,7 +42,7 @@ LAYOUTS = ("none", "ddp", "fsdp", "tp")
 #: DTensor parameters a block) and without
 VARIANTS = {"bias": True, "nobias": False}
 #: rounds (each layout timed once per round, in turn), steps timed per round, warm-up steps
-ROUNDS, STEPS, WARMUP = 5, 10, 3
+ROUNDS, STEPS, WARMUP = 7, 10, 3
 
 
 class ProbeBlock(nn.Module):
@@ -165,9 +165,12 @@ def probe(device: str, world: int, rounds: int = ROUNDS, steps: int = STEPS,
         for layout in LAYOUTS:
             ms = statistics.median(times[layout])
             q = statistics.quantiles(times[layout], n=4) if len(times[layout]) > 1 else [ms, ms, ms]
-            out.append({"variant": variant, "layout": layout, "ms": round(ms, 3),
+            # what the layout added to the one-GPU step timed just before it, round by
+            # round: the host's drift between rounds cancels
+            added = statistics.median(t - none for t, none in zip(times[layout], times["none"]))
+            out.append({"variant": variant, "layout": layout, "ms": round(ms, 3), "added_ms": round(added, 3),
                         "spread": round((q[2] - q[0]) / ms, 3)})
-            log(f"parallel host probe {variant:6} {layout:5} {ms:8.2f} ms per step")
+            log(f"parallel host probe {variant:6} {layout:5} {ms:8.2f} ms per step, {added:+8.2f} ms on one GPU's")
         del steps_of
     return out
 
