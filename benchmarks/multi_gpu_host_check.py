@@ -60,6 +60,9 @@ def main() -> int:
     p.add_argument("--gpu", default="h200")
     p.add_argument("--profile", action="append", default=[], metavar="NAME=FILE",
                    help="also price on this profile file (e.g. the calibrated.yaml of the same host)")
+    p.add_argument("--one-gpu-speed", type=float, metavar="X",
+                   help="the one-GPU host speed against --gpu where the folder has none (e.g. read off the held-out "
+                        "models' one-GPU steps: then only the engines' part is tested)")
     p.add_argument("--out", help="where the JSON goes (default: FOLDER)")
     args = p.parse_args()
     estimate.use_this_checkout()
@@ -68,7 +71,8 @@ def main() -> int:
 
     folder = Path(args.folder)
     one_gpu_file = folder / "one_gpu_host_speed.json"
-    one_gpu = json.loads(one_gpu_file.read_text())["eager_host_speed_against_h200"] if one_gpu_file.exists() else None
+    one_gpu = json.loads(one_gpu_file.read_text())["eager_host_speed_against_h200"] if one_gpu_file.exists() \
+        else args.one_gpu_speed
     hw = resolve(args.gpu)
     probes = {}
     for when in ("before", "after"):
