@@ -72,3 +72,47 @@ def test_the_json_layout_and_the_text_summary_name_the_policy(tmp_path: Path,
     assert (layout["fsdp_param_dtype"], layout["fsdp_reduce_dtype"]) == ("bf16", "fp32")
     main([str(target), "--no-cache", "--gpu", "h200"])
     assert "FSDP 2 (FSDP bf16 parameters, bf16 gradients): 2 GPUs" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_verify_step_runs_fsdp2_with_the_policy_under_torchrun(tmp_path: Path) -> None:
+    """``--verify --step --fsdp 2 --fsdp-param-dtype bf16``: the ranks wrap the blocks with
+    ``MixedPrecisionPolicy`` and measure (two gloo ranks on this CPU)."""
+    from shapelint import hardware
+    from shapelint.check.run import load_rules
+    from shapelint.measure.parallel_step import verify_parallel
+    from shapelint.measure.step_blocks import Schedule
+    from shapelint.pipeline import run as pipeline
+    from shapelint.pipeline.result import Options
+    from shapelint.price import Policy
+
+    (tmp_path / "blocks.py").write_text(BLOCKS)
+    (tmp_path / "blocks.yaml").write_text("model: blocks.py:build\ninputs:\n  - shape: [4096, 512]\n    dtype: float\n")
+    opts = Options(policy=Policy(min_speedup=1.0, min_loss=0.0, min_step_share=0.0), fsdp=2,
+                   fsdp_param_dtype="bf16", fsdp_reduce_dtype="fp32")
+    r = pipeline.lint_target(tmp_path / "blocks.yaml", opts, hardware.resolve("h200"), load_rules(()))
+    assert r.parallel is not None and r.parallel.layout.fsdp_param_dtype == "bf16" and r.findings
+    from shapelint.pipeline.result import result_from_data, result_to_data
+
+    sent = result_from_data(result_to_data(r)).parallel  # what each rank wraps the model by
+    assert sent is not None and (sent.layout.fsdp_param_dtype, sent.layout.fsdp_reduce_dtype) == ("bf16", "fp32")
+    data = verify_parallel(r, Schedule(2, 2, 1), device="cpu").to_json()
+    assert data["status"] == "measured" and data["device"] == "cpu"
+    assert data["est_ms"] == pytest.approx(r.step_time.ms, abs=1e-3)  # type: ignore[union-attr]
+
+
+#: two blocks with a misaligned width (SL101 has something to verify)
+BLOCKS = """
+from torch import nn
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.act, self.down = nn.Linear(512, 2052), nn.GELU(), nn.Linear(2052, 512)
+
+    def forward(self, x):
+        return x + self.down(self.act(self.up(x)))
+
+def build():
+    return nn.Sequential(*[Block() for _ in range(2)])
+"""
