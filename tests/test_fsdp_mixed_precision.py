@@ -86,7 +86,7 @@ def test_verify_step_runs_fsdp2_with_the_policy_under_torchrun(tmp_path: Path) -
     from shapelint.pipeline.result import Options
     from shapelint.price import Policy
 
-    (tmp_path / "blocks.py").write_text(BLOCKS)
+    (tmp_path / "blocks.py").write_text(BLOCKS_MODEL)
     (tmp_path / "blocks.yaml").write_text("model: blocks.py:build\ninputs:\n  - shape: [4096, 512]\n    dtype: float\n")
     opts = Options(policy=Policy(min_speedup=1.0, min_loss=0.0, min_step_share=0.0), fsdp=2,
                    fsdp_param_dtype="bf16", fsdp_reduce_dtype="fp32")
@@ -102,7 +102,7 @@ def test_verify_step_runs_fsdp2_with_the_policy_under_torchrun(tmp_path: Path) -
 
 
 #: two blocks with a misaligned width (SL101 has something to verify)
-BLOCKS = """
+BLOCKS_MODEL = """
 from torch import nn
 
 class Block(nn.Module):
