@@ -126,8 +126,8 @@ def interpolate(table: tuple[tuple[int, float], ...], nbytes: float) -> float:
 
 def host_costs_at(shipped: Mapping[str, float], speed: float) -> dict[str, float]:
     """The engines' host costs ``shipped`` (a typical host's, µs) on a host ``speed``
-    times as slow, as a calibrated profile states them."""
-    return {k: round(float(shipped[k]) * speed, 1) for k in HOST_KEYS}
+    times as slow, as a calibrated profile states them: every engine at that one speed."""
+    return host_costs_by_engine(shipped, {}, speed)
 
 
 def host_costs_by_engine(shipped: Mapping[str, float], speeds: Mapping[str, float],

@@ -41,7 +41,6 @@ from shapelint.hardware.collectives import (
     HostCosts,
     bus_bandwidth_gbps,
     collectives_doc,
-    host_costs_at,
     host_costs_by_engine,
 )
 from shapelint.measure.timer import KernelTimer, Timing
@@ -208,8 +207,8 @@ def section(sweep: Sweep | None, base: Collectives, base_name: str,
     it measured them, everything else ``base``'s (named in ``source``); the engines'
     host costs at ``engine_speeds`` (per engine, calibrate's parallel host probe:
     :mod:`shapelint.measure.parallel_host`) where measured, else at ``host_speed`` (the
-    one-GPU eager probe's) where calibrate measured this machine's host
-    (:func:`scaled_host`)."""
+    one-GPU eager probe's, assuming the engines' host work slows with the host as the
+    kernels' issue does) where calibrate measured this machine's host."""
     samples = sweep.samples if sweep is not None else ()
     measured = [op for op in OPS if any(s.op == op for s in samples)]
     tables = tuple((op, tuple(sorted((s.nbytes, s.us) for s in samples if s.op == op)) if op in measured
@@ -254,14 +253,6 @@ def _host_source(base_name: str, host_speed: float | None, engines: Mapping[str,
     return said
 
 
-def scaled_host(host: HostCosts, speed: float) -> HostCosts:
-    """``host``'s engine costs on a host ``speed`` times as slow as the typical host they
-    describe (``benchmarks/host_fit_parallel.py`` took each measured host's speed, read
-    off its one-GPU steps, out of the fit), assuming DDP's, FSDP2's and DTensor's host
-    work slows with the host as the kernels' issue does."""
-    return HostCosts(**host_costs_at(asdict(host), speed))
-
-
 def describe(sweep: Sweep) -> str:
     """One line: the largest all-reduce's bus bandwidth, and the latency floor."""
     ar = [s for s in sweep.samples if s.op == "all_reduce"] or list(sweep.samples)
@@ -271,4 +262,4 @@ def describe(sweep: Sweep) -> str:
 
 
 __all__ = ["DTYPE", "MAX_LOG2", "MIN_LOG2", "TIMEOUT_S", "Sample", "Sweep", "base_collectives",
-           "collectives_on_this_machine", "describe", "measure", "scaled_host", "section", "sizes", "sweep"]
+           "collectives_on_this_machine", "describe", "measure", "section", "sizes", "sweep"]
