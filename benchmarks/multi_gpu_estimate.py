@@ -55,7 +55,9 @@ def use_this_checkout() -> None:
     map_rules()
 
 #: measured layout → shapelint's options
-LAYOUTS = {"none": {}, "ddp": {"dp": 2}, "fsdp": {"fsdp": 2}, "tp_pmi": {"tp": 2}}
+LAYOUTS = {"none": {}, "ddp": {"dp": 2}, "fsdp": {"fsdp": 2}, "tp_pmi": {"tp": 2},
+           # multi_gpu_step.py's fsdp_mp: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
+           "fsdp_mp": {"fsdp": 2, "fsdp_param_dtype": "bf16", "fsdp_reduce_dtype": "fp32"}}
 #: what the benchmark runs by default; GPT-2's fused Conv1D c_attn takes no DTensor TP
 PAIRS = [("gpt2", "ddp"), ("gpt2", "fsdp"), ("opt125m", "ddp"), ("opt125m", "fsdp"), ("opt125m", "tp_pmi"),
          ("llama1b", "ddp"), ("llama1b", "fsdp"), ("llama1b", "tp_pmi"), ("llama1b_ffn8200", "tp_pmi")]

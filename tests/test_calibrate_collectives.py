@@ -127,6 +127,8 @@ def _fake_gpus(monkeypatch: pytest.MonkeyPatch, count: int, runs: list[int]) -> 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
     monkeypatch.setattr(coll, "measure", lambda world: runs.append(world) or _scaled_sweep(world))
+    # the parallel host probe (tests/test_calibrate_parallel_host.py) measures nothing here
+    monkeypatch.setattr(calibrate, "probe_engines", lambda world, hw, log: {})
 
 
 def test_collectives_only_updates_an_existing_profile_and_keeps_the_rest(tmp_path: Path,

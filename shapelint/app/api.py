@@ -118,7 +118,8 @@ Codes = str | Sequence[str]
 def lint(model: torch.nn.Module, example_inputs: Any, *, gpu: str | None = None, dtype: str | None = None,
          training: bool = True, compile: bool | None = None, optimizer: str | None = None, tp: int | None = None,
          select: Codes = (), ignore: Codes = (), dp: int | None = None, fsdp: int | None = None,
-         sp: bool | None = None, gpus_per_node: int | None = None) -> Report:
+         sp: bool | None = None, gpus_per_node: int | None = None, fsdp_param_dtype: str | None = None,
+         fsdp_reduce_dtype: str | None = None) -> Report:
     """Lint ``model`` on ``example_inputs`` (a tensor, a tuple of tensors or a dict of
     keyword arguments), on any device or on meta: nothing is allocated and nothing of
     ``model`` or the inputs is changed. ``gpu`` a profile name (default: the local
@@ -130,7 +131,9 @@ def lint(model: torch.nn.Module, example_inputs: Any, *, gpu: str | None = None,
         if not isinstance(model, torch.nn.Module):
             raise ShapelintError(f"lint(): model must be a torch.nn.Module, got {type(model).__name__}")
         given = _settings(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp, select=select,
-                          ignore=ignore, **parallel_keywords(dp=dp, fsdp=fsdp, sp=sp, gpus_per_node=gpus_per_node))
+                          ignore=ignore, **parallel_keywords(dp=dp, fsdp=fsdp, sp=sp, gpus_per_node=gpus_per_node,
+                                                             fsdp_param_dtype=fsdp_param_dtype,
+                                                             fsdp_reduce_dtype=fsdp_reduce_dtype))
         with LOCK:  # one lint at a time (see the module docstring)
             hw = hardware.resolve(_gpu(gpu)) if gpu is not None else hardware.default_gpu()
             plan = LintPlan(given, select_rules(given), gpu=hw)
@@ -141,7 +144,8 @@ def lint_target(path: str | Path, *, gpu: str | None = None, dtype: str | None =
                 compile: bool | None = None, optimizer: str | None = None, batch: int | None = None,
                 seq: int | None = None, tp: int | None = None, select: Codes = (), ignore: Codes = (),
                 dp: int | None = None, fsdp: int | None = None, sp: bool | None = None,
-                gpus_per_node: int | None = None) -> Report:
+                gpus_per_node: int | None = None, fsdp_param_dtype: str | None = None,
+                fsdp_reduce_dtype: str | None = None) -> Report:
     """Lint one target as the command line does (a model.py defining
     ``shapelint_model()``, a Hugging Face config.json or a directory holding one, a
     shapelint YAML), with its ``# shapelint: ignore`` comments; configuration files are
@@ -153,7 +157,8 @@ def lint_target(path: str | Path, *, gpu: str | None = None, dtype: str | None =
         target_kind(path)  # a clear error for what is not a target
         given = _settings(dtype=dtype, training=training, compile=compile, optimizer=optimizer, tp=tp, batch=batch,
                           seq=seq, select=select, ignore=ignore,
-                          **parallel_keywords(dp=dp, fsdp=fsdp, sp=sp, gpus_per_node=gpus_per_node))
+                          **parallel_keywords(dp=dp, fsdp=fsdp, sp=sp, gpus_per_node=gpus_per_node,
+                                              fsdp_param_dtype=fsdp_param_dtype, fsdp_reduce_dtype=fsdp_reduce_dtype))
         with LOCK:  # one lint at a time (see the module docstring)
             plan = LintPlan(given, select_rules(given), gpu=hardware.resolve(_gpu(gpu)) if gpu is not None else None)
             # no configuration file: the target's own settings shadow nothing, so none are read here
@@ -196,7 +201,8 @@ _CHECKED = ("dtype", "compile", "optimizer", "tp", "batch", "seq")
 
 
 def parallel_keywords(**given: Any) -> dict[str, Any]:
-    """The parallel layout's keywords (``dp``, ``fsdp``, ``sp``, ``gpus_per_node``),
+    """The parallel layout's keywords (``dp``, ``fsdp``, ``sp``, ``gpus_per_node``,
+    ``fsdp_param_dtype``, ``fsdp_reduce_dtype``),
     each validated as its setting is in a configuration file."""
     for name, value in given.items():
         if value is not None:

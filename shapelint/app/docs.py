@@ -53,6 +53,7 @@ def render() -> str:
 KIND_TYPES: dict[str, str] = {
     "gpu": "a GPU profile name",
     "dtype": "one of " + ", ".join(f"`{c}`" for c in CHOICES["dtype"]),
+    "fsdp-dtype": "one of " + ", ".join(f"`{c}`" for c in CHOICES["fsdp-dtype"]),
     "format": "one of " + ", ".join(f"`{c}`" for c in CHOICES["format"]),
     "optimizer": "one of " + ", ".join(f"`{c}`" for c in CHOICES["optimizer"]),
     "positive": "a positive integer",

@@ -164,6 +164,8 @@ class LintPlan:
             fsdp=pick("fsdp"),
             sp=pick("sp"),
             gpus_per_node=pick("gpus_per_node"),
+            fsdp_param_dtype=pick("fsdp_param_dtype"),
+            fsdp_reduce_dtype=pick("fsdp_reduce_dtype"),
             compile=pick("compile"),
             optimizer=pick("optimizer"),
             dump_graph=dump_graph,

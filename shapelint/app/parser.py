@@ -132,18 +132,20 @@ def calibrate_parser() -> argparse.ArgumentParser:
     p = Parser(prog="shapelint calibrate",
                description="Measure the local CUDA GPU (GEMM peaks per dtype, copy bandwidth, misalignment "
                            "penalties, a wave sweep, the training-step table) and, on a machine with 2 GPUs or "
-                           "more, the NCCL collectives between them (all-reduce, all-gather, reduce-scatter), and "
-                           "write a GPU profile for --gpu-profile.")
+                           "more, the NCCL collectives between them (all-reduce, all-gather, reduce-scatter) and "
+                           "how fast this host runs the DDP, FSDP2 and DTensor engines' host work, and write a GPU "
+                           "profile for --gpu-profile.")
     p.add_argument("--output", "-o", metavar="FILE", default="gpu-profile.yaml",
                    help="where to write the profile (default gpu-profile.yaml)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--no-collectives", action="store_true",
-                       help="measure one GPU only, not the collectives between GPUs")
+                       help="measure one GPU only, not the collectives between GPUs nor the engines' host speed")
     which.add_argument("--collectives-only", action="store_true",
-                       help="measure only the collectives, into the profile FILE of --output when it exists "
-                            "(its other values kept), else into the closest shipped profile")
+                       help="measure only the collectives and the engines' host speed, into the profile FILE of "
+                            "--output when it exists (its other values kept), else into the closest shipped profile")
     p.add_argument("--world-size", type=positive_count, metavar="N",
-                   help="measure the collectives on N GPUs of this machine (default: every GPU visible)")
+                   help="measure the collectives and the engines on N GPUs of this machine (default: every GPU "
+                        "visible)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 

@@ -29,6 +29,9 @@ from shapelint.files import show
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 #: host time the parallel engines add, microseconds (see :class:`HostCosts`)
 HOST_KEYS = ("ddp_tensor", "fsdp_group", "fsdp_tensor", "tp_layer", "tp_parameter", "tp_collective")
+#: each engine's terms of :data:`HOST_KEYS`: what one measured speed of that engine scales
+ENGINE_HOST_KEYS = {"ddp": ("ddp_tensor",), "fsdp": ("fsdp_group", "fsdp_tensor"),
+                    "tp": ("tp_layer", "tp_parameter", "tp_collective")}
 
 
 @dataclass(frozen=True)
@@ -123,8 +126,21 @@ def interpolate(table: tuple[tuple[int, float], ...], nbytes: float) -> float:
 
 def host_costs_at(shipped: Mapping[str, float], speed: float) -> dict[str, float]:
     """The engines' host costs ``shipped`` (a typical host's, µs) on a host ``speed``
-    times as slow, as a calibrated profile states them."""
-    return {k: round(float(shipped[k]) * speed, 1) for k in HOST_KEYS}
+    times as slow, as a calibrated profile states them: every engine at that one speed."""
+    return host_costs_by_engine(shipped, {}, speed)
+
+
+def host_costs_by_engine(shipped: Mapping[str, float], speeds: Mapping[str, float],
+                         default: float = 1.0) -> dict[str, float]:
+    """The engines' host costs ``shipped`` (a typical host's, µs) on a host where each
+    engine of :data:`ENGINE_HOST_KEYS` runs ``speeds[engine]`` times as slow (``default``
+    for an engine not measured): what ``shapelint calibrate``'s parallel host probe
+    writes, each engine's terms scaled together."""
+    unknown = set(speeds) - set(ENGINE_HOST_KEYS)
+    if unknown:
+        raise ValueError(f"unknown engine(s) {sorted(unknown)} (known: {', '.join(ENGINE_HOST_KEYS)})")
+    return {k: round(float(shipped[k]) * speeds.get(engine, default), 1)
+            for engine, keys in ENGINE_HOST_KEYS.items() for k in keys}
 
 
 def parse_collectives(doc: Any, where: str) -> Collectives | None:
@@ -182,5 +198,5 @@ def _table(value: Any, what: str) -> tuple[tuple[int, float], ...]:
     return tuple(rows)
 
 
-__all__ = ["HOST_KEYS", "OPS", "Collectives", "HostCosts", "bus_bandwidth_gbps", "bus_factor", "collectives_doc",
-           "interpolate", "op_bus_factor", "parse_collectives"]
+__all__ = ["ENGINE_HOST_KEYS", "HOST_KEYS", "OPS", "Collectives", "HostCosts", "bus_bandwidth_gbps", "bus_factor",
+           "collectives_doc", "host_costs_at", "host_costs_by_engine", "interpolate", "op_bus_factor", "parse_collectives"]

@@ -16,6 +16,7 @@ from typing import Any
 from shapelint.errors import ShapelintError
 from shapelint.files import INT64_MAX, is_int, positive_int, show
 from shapelint.model.attention_keys import KV_HEAD_KEYS
+from shapelint.model.dtypes import FSDP_DTYPES
 
 #: the keys of one input spec
 INPUT_KEYS = ("shape", "dtype", "high", "requires_grad")
@@ -37,6 +38,9 @@ def settings(doc: Mapping[str, Any], where: str, precisions: Collection[str]) ->
     for key in ("training", "sp"):
         if key in doc and not isinstance(doc[key], bool):
             raise ShapelintError(f"{where}: {key} must be true or false, got {show(doc[key])}")
+    for key in ("fsdp_param_dtype", "fsdp_reduce_dtype"):
+        if key in doc and doc[key] not in FSDP_DTYPES:
+            raise ShapelintError(f"{where}: {key} must be one of {', '.join(FSDP_DTYPES)}, got {show(doc[key])}")
 
 
 def kwargs(values: Any, where: str) -> dict[str, Any]:

@@ -22,7 +22,9 @@ The profile starts from the closest shipped profile (datasheet numbers) and adds
 GPUs or more it also measures the NCCL collectives the parallel layouts are priced
 with, into the profile's ``collectives:`` section (:mod:`shapelint.measure.collectives`;
 ``--no-collectives`` skips them, ``--collectives-only`` measures only them, into the
-profile ``--output`` names when it exists).
+profile ``--output`` names when it exists), and how fast this host runs the DDP, FSDP2
+and DTensor engines' host work (:mod:`shapelint.measure.parallel_host`), which sets the
+section's ``host_us``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 import datetime
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from shapelint.files import parse_yaml, read_text, write_file
 from shapelint.hardware import PROFILE_DIR, Hardware, profile_from_dict
 from shapelint.measure.collectives import Sweep, base_collectives, collectives_on_this_machine
 from shapelint.measure.collectives import section as collectives_section
+from shapelint.measure.parallel_host import EngineSpeed, probe_engines
 from shapelint.measure.timer import KernelTimer, cuda_timer, host_times, queued_ms
 from shapelint.model.dtypes import TORCH_DTYPE_NAMES
 from shapelint.model.records import Gemm
@@ -389,10 +392,12 @@ COLLECTIVES = ("measure", "skip", "only")
 
 @dataclass(frozen=True)
 class Calibrated:
-    """The profile written, and the collectives measured for it (None: not measured)."""
+    """The profile written, the collectives measured for it (None: not measured), and
+    the parallel engines' host speeds the probe measured (empty: not measured)."""
 
     hardware: Hardware
     collectives: Sweep | None
+    engines: dict[str, EngineSpeed] = field(default_factory=dict)
 
 
 def run(output: str, timer: KernelTimer | None = None, collectives: str = "measure", world_size: int | None = None,
@@ -416,11 +421,27 @@ def run(output: str, timer: KernelTimer | None = None, collectives: str = "measu
         doc, base_name = _calibrated(name, timer or cuda_timer()), closest_key(name)
         speed = measured_host_speed(doc, profile_from_dict(closest_base(name), "base"))
     sweep = None if collectives == "skip" else collectives_on_this_machine(world_size, collectives == "only", log)
-    base = profile_from_dict(doc, "base", output if base_name == output else "").collectives
+    here = profile_from_dict(doc, "base", output if base_name == output else "")
+    base = here.collectives
+    engines = engine_host_speeds(replace(here, collectives=base_collectives(base)), sweep.world, log) \
+        if sweep is not None else {}
     if sweep is not None or (speed is not None and base is not None):
-        doc["collectives"] = collectives_section(sweep, base_collectives(base), base_name, speed)
+        doc["collectives"] = collectives_section(sweep, base_collectives(base), base_name, speed,
+                                                 {e: s.speed for e, s in engines.items()})
     write_file(output, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), "--output")
-    return Calibrated(profile_from_dict(doc, Path(output).stem, output), sweep)
+    return Calibrated(profile_from_dict(doc, Path(output).stem, output), sweep, engines)
+
+
+def engine_host_speeds(hw: Hardware, world: int, log: Callable[[str], None]) -> dict[str, EngineSpeed]:
+    """The parallel engines' host speeds on ``world`` GPUs against ``hw``'s ``host_us``
+    (:mod:`shapelint.measure.parallel_host`); none, said in one line, where the probe
+    fails: the collectives measured before it are kept, and the engines' host costs
+    stay at the one-GPU probe's speed."""
+    try:
+        return probe_engines(world, hw, log)
+    except ShapelintError as e:
+        log(f"calibrate: {e}; the engines' host costs stay at the one-GPU host probe's speed")
+        return {}
 
 
 def measured_host_speed(doc: dict[str, Any], base: Hardware) -> float | None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -35,12 +35,13 @@ from typing import Any
 from shapelint.errors import ShapelintError
 from shapelint.hardware import resolve
 from shapelint.hardware.collectives import (
+    ENGINE_HOST_KEYS,
     OPS,
     Collectives,
     HostCosts,
     bus_bandwidth_gbps,
     collectives_doc,
-    host_costs_at,
+    host_costs_by_engine,
 )
 from shapelint.measure.timer import KernelTimer, Timing
 from shapelint.measure.torchrun import run_ranks, torchrun_command
@@ -201,46 +202,55 @@ def base_collectives(base: Collectives | None) -> Collectives:
 
 
 def section(sweep: Sweep | None, base: Collectives, base_name: str,
-            host_speed: float | None = None) -> dict[str, Any]:
+            host_speed: float | None = None, engine_speeds: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The ``collectives:`` mapping of a calibrated profile: ``sweep``'s tables where
-    it measured them, everything else ``base``'s (named in ``source``), the engines'
-    host costs scaled by ``host_speed`` where calibrate measured this machine's host
-    (:func:`scaled_host`)."""
+    it measured them, everything else ``base``'s (named in ``source``); the engines'
+    host costs at ``engine_speeds`` (per engine, calibrate's parallel host probe:
+    :mod:`shapelint.measure.parallel_host`) where measured, else at ``host_speed`` (the
+    one-GPU eager probe's, assuming the engines' host work slows with the host as the
+    kernels' issue does) where calibrate measured this machine's host."""
     samples = sweep.samples if sweep is not None else ()
     measured = [op for op in OPS if any(s.op == op for s in samples)]
     tables = tuple((op, tuple(sorted((s.nbytes, s.us) for s in samples if s.op == op)) if op in measured
                     else base.table(op)) for op in OPS)
-    made = replace(base, world=sweep.world if sweep is not None else base.world, tables=tables,
-                   host=scaled_host(base.host, host_speed or 1.0),
-                   source=_source(sweep, measured, base, base_name, host_speed))
+    engines = dict(engine_speeds or {})
+    host = HostCosts(**host_costs_by_engine(asdict(base.host), engines, host_speed or 1.0))
+    made = replace(base, world=sweep.world if sweep is not None else base.world, tables=tables, host=host,
+                   source=_source(sweep, measured, base, base_name, host_speed, engines))
     return collectives_doc(made)
 
 
 def _source(sweep: Sweep | None, measured: list[str], base: Collectives, base_name: str,
-            host_speed: float | None) -> str:
+            host_speed: float | None, engines: Mapping[str, float]) -> str:
     """What the section's numbers are: measured here, scaled, or kept from ``base``."""
     said = []
     if sweep is not None:
         said.append(f"shapelint calibrate on {sweep.world}x {sweep.gpu}, {sweep.date}, torch {sweep.torch}, NCCL "
                     f"{sweep.nccl}: fp32 {', '.join(measured)} (bytes = the whole array, as nccl-tests counts them), "
                     f"µs per call, the slowest rank's median of {sweep.reps} calls.")
-    if host_speed is not None:
-        said.append(f"host_us: {base_name}'s scaled by {host_speed:.3f}, this host's measured speed (calibrate's "
-                    "eager host probe), as calibrate scales the step's host costs.")
+    said += _host_source(base_name, host_speed, engines)
     kept = [op for op in OPS if op not in measured]
-    unmeasured = ["network_busbw_gbps, network_latency_us, overlap_slowdown"] + (["host_us"] if host_speed is None else [])
+    unmeasured = ["network_busbw_gbps, network_latency_us, overlap_slowdown"]
+    unmeasured += ["host_us"] if host_speed is None and not engines else []
     unmeasured += [f"the {', '.join(kept)} table{'s' if len(kept) > 1 else ''} at {base.world} GPUs"] if kept else []
     said.append(f"{' and '.join(unmeasured)}: not measured by calibrate, kept from {base_name} "
                 f"({base.source.strip() or 'no source given'})")
     return " ".join(said)
 
 
-def scaled_host(host: HostCosts, speed: float) -> HostCosts:
-    """``host``'s engine costs on a host ``speed`` times as slow as the typical host they
-    describe (``benchmarks/host_fit_parallel.py`` took each measured host's speed, read
-    off its one-GPU steps, out of the fit), assuming DDP's, FSDP2's and DTensor's host
-    work slows with the host as the kernels' issue does."""
-    return HostCosts(**host_costs_at(asdict(host), speed))
+def _host_source(base_name: str, host_speed: float | None, engines: Mapping[str, float]) -> list[str]:
+    """Where the section's ``host_us`` come from: the parallel host probe's engine
+    speeds, the one-GPU probe's speed for the engines it did not measure."""
+    said = []
+    if engines:
+        said.append(f"host_us: {base_name}'s scaled per engine by this host's speed, measured by calibrate's "
+                    "parallel host probe (" + ", ".join(f"{e} {v:.3f}" for e, v in engines.items()) + ").")
+    if host_speed is not None and set(engines) != set(ENGINE_HOST_KEYS):
+        rest = [e for e in ENGINE_HOST_KEYS if e not in engines]
+        said.append(f"host_us{' of ' + ', '.join(rest) if engines else ''}: {base_name}'s scaled by "
+                    f"{host_speed:.3f}, this host's measured speed (calibrate's eager one-GPU host probe), as "
+                    "calibrate scales the step's host costs.")
+    return said
 
 
 def describe(sweep: Sweep) -> str:
@@ -252,4 +262,4 @@ def describe(sweep: Sweep) -> str:
 
 
 __all__ = ["DTYPE", "MAX_LOG2", "MIN_LOG2", "TIMEOUT_S", "Sample", "Sweep", "base_collectives",
-           "collectives_on_this_machine", "describe", "measure", "scaled_host", "section", "sizes", "sweep"]
+           "collectives_on_this_machine", "describe", "measure", "section", "sizes", "sweep"]

@@ -3,8 +3,9 @@ process group, and the model wrapped as the layout runs it.
 
 - ``--dp N``: ``DistributedDataParallel`` with its defaults (25 MiB buckets);
 - ``--fsdp N``: FSDP2 ``fully_shard`` on every block the lint grouped (each stack of
-  repeated layers: an encoder's and a decoder's), then on the root, without a
-  mixed-precision policy (fp32 collectives), the layout the step model prices;
+  repeated layers: an encoder's and a decoder's), then on the root, with the
+  ``MixedPrecisionPolicy`` of ``--fsdp-param-dtype`` / ``--fsdp-reduce-dtype`` (none by
+  default: fp32 collectives), the layout the step model prices;
 - ``--tp N``: ``parallelize_module`` with ``ColwiseParallel`` / ``RowwiseParallel``
   on the lint's column- and row-parallel linear layers (DTensor's default plan: one
   backward all-reduce per column-parallel layer, where Megatron's count the estimate
@@ -33,6 +34,7 @@ import torch
 
 from shapelint.capture.replay.layers import stacks
 from shapelint.errors import ShapelintError
+from shapelint.model.dtypes import TORCH_DTYPE_NAMES
 from shapelint.model.parallel import ParallelChange, ParallelPlan, fsdp_block_groups
 
 Wrap = Callable[[torch.nn.Module], torch.nn.Module]
@@ -62,26 +64,29 @@ def layout_wrap(plan: ParallelPlan, device: str, change: ParallelChange | None =
         raise ShapelintError(f"--verify --step measures one parallel engine at a time, not {lay.describe()}")
     kind = torch.device(device).type
     if lay.dp > 1:
-        return lambda model: _ddp(model, device)
+        return lambda model: ddp(model, device)
     if lay.fsdp > 1:
         k = change.fsdp_blocks_per_group if change is not None else 1
         names = [g.name for g in plan.groups[1:]]
-        return lambda model: _fsdp(model, kind, lay.fsdp, names, k)
+        policy = (lay.fsdp_param_dtype, lay.fsdp_reduce_dtype)
+        return lambda model: fsdp(model, kind, lay.fsdp, names, k, policy)
     styles = {**dict(plan.tp_styles), **dict(change.tp_styles if change is not None else ())}
     must = dict(change.tp_styles) if change is not None else {}
-    return lambda model: _tensor_parallel(model, kind, lay.tp, styles, must)
+    return lambda model: tensor_parallel(model, kind, lay.tp, styles, must)
 
 
-def _ddp(model: torch.nn.Module, device: str) -> torch.nn.Module:
+def ddp(model: torch.nn.Module, device: str) -> torch.nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [torch.device(device).index] if torch.device(device).type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
 
 
-def _fsdp(model: torch.nn.Module, kind: str, n: int, names: list[str], per_group: int = 1) -> torch.nn.Module:
+def fsdp(model: torch.nn.Module, kind: str, n: int, names: list[str], per_group: int = 1,
+         policy: tuple[str, str] = ("fp32", "fp32")) -> torch.nn.Module:
     """``fully_shard`` on every ``per_group`` consecutive blocks (one module, or a list of
-    them: one group), then on the root. The blocks are the plan's groups, the ones the
+    them: one group), then on the root, with a ``MixedPrecisionPolicy`` of ``policy``
+    (the parameters' dtype, the gradients' reduce dtype) where it is not fp32's. The blocks are the plan's groups, the ones the
     estimate priced (every stack's: an encoder's and a decoder's), grouped as the pricer
     merges them (:func:`shapelint.model.parallel.fsdp_block_groups`); a plan without them
     (or naming a module this model lacks) takes the longest stack."""
@@ -89,9 +94,15 @@ def _fsdp(model: torch.nn.Module, kind: str, n: int, names: list[str], per_group
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(kind, (n,))
+    extra: dict[str, Any] = {}
+    if policy != ("fp32", "fp32"):
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        param, reduce = (getattr(torch, TORCH_DTYPE_NAMES[d]) for d in policy)
+        extra["mp_policy"] = MixedPrecisionPolicy(param_dtype=param, reduce_dtype=reduce)
     for part in fsdp_block_groups(_blocks(model, names), per_group):
-        fully_shard(part[0] if len(part) == 1 else list(part), mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(part[0] if len(part) == 1 else list(part), mesh=mesh, **extra)
+    fully_shard(model, mesh=mesh, **extra)
     return model
 
 
@@ -103,7 +114,7 @@ def _blocks(model: torch.nn.Module, names: list[str]) -> list[torch.nn.Module]:
     return [block for _, block in (max(found, key=lambda s: len(s[1]))[1] if found else [])]
 
 
-def _tensor_parallel(model: torch.nn.Module, kind: str, n: int, styles: dict[str, str],
+def tensor_parallel(model: torch.nn.Module, kind: str, n: int, styles: dict[str, str],
                      must: dict[str, str] | None = None) -> torch.nn.Module:
     """DTensor styles on ``styles``' linear layers. The layers of ``must`` (a finding's
     change: an attention sharded) must be ``nn.Linear`` (else the variant fails rather
@@ -148,4 +159,4 @@ def _dtensor_plan(styles: dict[str, str]) -> dict[str, Any]:
     return plan
 
 
-__all__ = ["Wrap", "init_process_group", "layout_wrap"]
+__all__ = ["Wrap", "ddp", "fsdp", "init_process_group", "layout_wrap", "tensor_parallel"]

@@ -43,7 +43,11 @@ NAMES_OF_TORCH: dict[str, str] = {
 #: the precisions a user can train in (``--dtype``)
 PRECISION_NAMES: tuple[str, ...] = ("bf16", "fp16", "fp32", "tf32")
 
+#: the dtypes FSDP2's ``MixedPrecisionPolicy`` gathers parameters and reduces gradients
+#: in (``--fsdp-param-dtype``, ``--fsdp-reduce-dtype``); parameters are stored fp32
+FSDP_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
+
 #: precisions trained as mixed precision: autocast over fp32 parameters and inputs
 AUTOCAST_PRECISIONS: frozenset[str] = frozenset({"bf16", "fp16"})
 
-__all__ = ["AUTOCAST_PRECISIONS", "DTYPE_BYTES", "NAMES_OF_TORCH", "PRECISION_NAMES", "TORCH_DTYPE_NAMES"]
+__all__ = ["AUTOCAST_PRECISIONS", "DTYPE_BYTES", "FSDP_DTYPES", "NAMES_OF_TORCH", "PRECISION_NAMES", "TORCH_DTYPE_NAMES"]

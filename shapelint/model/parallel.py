@@ -36,6 +36,11 @@ class Layout:
     #: sequence parallelism: the tensor-parallel all-reduces become reduce-scatter + all-gather
     sp: bool = False
     gpus_per_node: int = GPUS_PER_NODE
+    #: FSDP2's ``MixedPrecisionPolicy``: the dtype parameters are all-gathered in (and
+    #: the forward and backward compute with), the one gradients are reduce-scattered in;
+    #: fp32 both: no policy (parameters are stored fp32, as shapelint trains)
+    fsdp_param_dtype: str = "fp32"
+    fsdp_reduce_dtype: str = "fp32"
 
     @property
     def world_size(self) -> int:
@@ -60,6 +65,8 @@ class Layout:
         text = " × ".join(parts) or "one GPU"
         if self.sp and self.tp > 1:
             text += " + SP"
+        if self.fsdp > 1 and (self.fsdp_param_dtype, self.fsdp_reduce_dtype) != ("fp32", "fp32"):
+            text += f" (FSDP {self.fsdp_param_dtype} parameters, {self.fsdp_reduce_dtype} gradients)"
         if self.world_size > 1:
             text += f": {self.world_size} GPUs"
             if self.nodes > 1:
@@ -68,7 +75,8 @@ class Layout:
 
     def to_json(self) -> dict[str, object]:
         return {"dp": self.dp, "fsdp": self.fsdp, "tp": self.tp, "sp": self.sp, "gpus_per_node": self.gpus_per_node,
-                "world_size": self.world_size}
+                "world_size": self.world_size, "fsdp_param_dtype": self.fsdp_param_dtype,
+                "fsdp_reduce_dtype": self.fsdp_reduce_dtype}
 
 
 @dataclass(frozen=True)

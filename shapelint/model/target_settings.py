@@ -10,7 +10,8 @@ from __future__ import annotations
 
 #: the settings a shapelint YAML target can carry (the run's flags win over them; they win
 #: over the configuration file)
-TARGET_SETTINGS = ("dtype", "gpu", "training", "tp", "batch", "seq", "dp", "fsdp", "sp", "gpus_per_node")
+TARGET_SETTINGS = ("dtype", "gpu", "training", "tp", "batch", "seq", "dp", "fsdp", "sp", "gpus_per_node",
+                   "fsdp_param_dtype", "fsdp_reduce_dtype")
 
 #: GPUs per machine where nothing says (``--gpus-per-node``'s default and ``Layout``'s):
 #: an HGX/DGX node of 8 GPUs on NVLink

@@ -34,6 +34,9 @@ class Options:
     fsdp: int | None = None
     sp: bool | None = None
     gpus_per_node: int | None = None
+    #: FSDP2's MixedPrecisionPolicy (None: the target's setting, else fp32 / the param dtype)
+    fsdp_param_dtype: str | None = None
+    fsdp_reduce_dtype: str | None = None
     #: price the step as torch.compile runs it (None: the target's setting, else eager)
     compile: bool | None = None
     #: the optimizer step priced (shapelint.pipeline.settings.OPTIMIZERS; None: the default, adamw)

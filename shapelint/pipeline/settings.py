@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from shapelint.errors import ShapelintError
 from shapelint.files import INT64_MAX
-from shapelint.model.dtypes import PRECISION_NAMES
+from shapelint.model.dtypes import FSDP_DTYPES, PRECISION_NAMES
 from shapelint.model.target_settings import GPUS_PER_NODE
 from shapelint.model.thresholds import MIN_LOSS, MIN_SPEEDUP, MIN_STEP_SHARE
 
@@ -27,8 +27,8 @@ FORMATS = ("text", "json", "sarif", "github", "concise")
 #: optimizers the step model prices (``--optimizer`` and the ``optimizer`` key)
 OPTIMIZERS = ("adamw", "adam", "sgd", "none")
 
-Kind = Literal["gpu", "dtype", "format", "optimizer", "positive", "number", "fraction", "bool", "codes", "per-module",
-               "modules", "paths"]
+Kind = Literal["gpu", "dtype", "fsdp-dtype", "format", "optimizer", "positive", "number", "fraction", "bool", "codes",
+               "per-module", "modules", "paths"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,8 @@ class Settings:
     fsdp: int | None = None
     sp: bool | None = None
     gpus_per_node: int | None = None
+    fsdp_param_dtype: str | None = None
+    fsdp_reduce_dtype: str | None = None
     format: str | None = None
     select: list[str] | None = None
     ignore: list[str] | None = None
@@ -95,6 +97,12 @@ SETTINGS: tuple[Setting, ...] = (
                           "(default: off)", False),
     Setting("gpus-per-node", "positive", "GPUs per machine (NVLink within one, the network between them; "
                                          f"default {GPUS_PER_NODE})", GPUS_PER_NODE),
+    Setting("fsdp-param-dtype", "fsdp-dtype", "with --fsdp: the dtype FSDP2 all-gathers the parameters in and "
+                                              "computes with (MixedPrecisionPolicy(param_dtype=...)); default fp32, "
+                                              "no policy", "fp32"),
+    Setting("fsdp-reduce-dtype", "fsdp-dtype", "with --fsdp: the dtype FSDP2 reduce-scatters the gradients in "
+                                               "(MixedPrecisionPolicy(reduce_dtype=...)); default: "
+                                               "--fsdp-param-dtype's, as FSDP2's"),
     Setting("format", "format", "report format: text, json, sarif (GitHub code scanning), github (workflow "
                                 "annotations), concise (one line per finding: path:line:col: CODE message); "
                                 "default text (--output-format is the same flag, as ruff spells it)", "text"),
@@ -275,6 +283,7 @@ def _paths(value: Any, where: str) -> list[str]:
 VALIDATORS: dict[Kind, Callable[[Any, str], Any]] = {
     "gpu": _gpu,
     "dtype": _choice(DTYPES),
+    "fsdp-dtype": _choice(FSDP_DTYPES),
     "format": _choice(FORMATS),
     "optimizer": _choice(OPTIMIZERS),
     "positive": _positive,
@@ -292,7 +301,8 @@ VALIDATORS: dict[Kind, Callable[[Any, str], Any]] = {
 METAVARS: dict[Kind, str] = {"gpu": "NAME", "codes": "CODES", "number": "X", "fraction": "X"}
 
 #: the choice kinds and their values (argparse's ``choices=``)
-CHOICES: dict[Kind, tuple[str, ...]] = {"dtype": DTYPES, "format": FORMATS, "optimizer": OPTIMIZERS}
+CHOICES: dict[Kind, tuple[str, ...]] = {"dtype": DTYPES, "fsdp-dtype": FSDP_DTYPES, "format": FORMATS,
+                                        "optimizer": OPTIMIZERS}
 
 
 def validate(setting: Setting, value: Any, where: str) -> Any:

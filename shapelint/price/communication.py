@@ -19,7 +19,9 @@ Policy (eager, PyTorch 2.11 defaults; ``docs/multi-gpu.md`` has the evidence):
   up to that block's time), one per block again in the backward (prefetched one
   block ahead) and one reduce-scatter per group (block 0's and the root's exposed);
   per block in the backward the NCCL queue holds AG(i−1) + RS(i+1) against block
-  i's compute. fp32 on the wire. The copy-out of every gathered group (forward, and
+  i's compute. fp32 on the wire, or the dtypes of ``--fsdp-param-dtype`` and
+  ``--fsdp-reduce-dtype`` (FSDP2's ``MixedPrecisionPolicy``: bf16 halves the bytes
+  gathered, or reduced; :func:`fsdp_bytes`). The copy-out of every gathered group (forward, and
   backward for the blocks) and the reduce-scatter's copy-in run on the compute stream.
   The optimizer updates 1/N of the parameters (the pipeline hands the step model each
   rank's parameters).
@@ -45,6 +47,7 @@ from dataclasses import replace
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
 from shapelint.hardware.collectives import Collectives
+from shapelint.model.dtypes import DTYPE_BYTES
 from shapelint.model.parallel import (
     Collective,
     Communication,
@@ -219,7 +222,10 @@ def _fsdp(plan: ParallelPlan, c: Collectives, hw: Hardware, compute_ms: float, t
     across = lay.group_spans_nodes(lay.tp, n)
     root, blocks = plan.groups[0], plan.groups[1:]
     nb = max(1, len(blocks))
-    sizes = [b.nbytes for b in blocks]
+    # what moves: the groups' fp32 parameters in the policy's dtypes (MixedPrecisionPolicy)
+    gathered, reduced = fsdp_bytes(root.nbytes, lay.fsdp_param_dtype), fsdp_bytes(root.nbytes, lay.fsdp_reduce_dtype)
+    sizes = [fsdp_bytes(b.nbytes, lay.fsdp_param_dtype) for b in blocks]
+    grads = [fsdp_bytes(b.nbytes, lay.fsdp_reduce_dtype) for b in blocks]
 
     def ag(g: int) -> float:
         return c.us("all_gather", g, n, across) * 1e-3
@@ -229,24 +235,31 @@ def _fsdp(plan: ParallelPlan, c: Collectives, hw: Hardware, compute_ms: float, t
 
     ag_fwd = [ag(s) for s in sizes]
     fwd_block = compute_ms * (1 - BACKWARD_SHARE if training else 1.0) / nb
-    exposed = ag(root.nbytes) + sum(ag_fwd[:1]) + sum(max(0.0, t - fwd_block) for t in ag_fwd[1:])
-    ag_ms, rs_ms = ag(root.nbytes) + sum(ag_fwd), 0.0
-    copies = _copy_ms(root.nbytes + sum(sizes), hw)
+    exposed = ag(gathered) + sum(ag_fwd[:1]) + sum(max(0.0, t - fwd_block) for t in ag_fwd[1:])
+    ag_ms, rs_ms = ag(gathered) + sum(ag_fwd), 0.0
+    copies = _copy_ms(gathered + sum(sizes), hw)
     if training:
-        rs_bwd = [rs(s) for s in sizes[::-1]]
-        exposed += _fsdp_backward_exposed(ag_fwd[::-1], rs_bwd, compute_ms * BACKWARD_SHARE / nb) + rs(root.nbytes)
+        rs_bwd = [rs(s) for s in grads[::-1]]
+        exposed += _fsdp_backward_exposed(ag_fwd[::-1], rs_bwd, compute_ms * BACKWARD_SHARE / nb) + rs(reduced)
         ag_ms += sum(ag_fwd)
-        rs_ms = sum(rs_bwd) + rs(root.nbytes)
-        copies += _copy_ms(sum(sizes), hw) + _copy_ms(root.nbytes + sum(sizes), hw)
+        rs_ms = sum(rs_bwd) + rs(reduced)
+        copies += _copy_ms(sum(sizes), hw) + _copy_ms(reduced + sum(grads), hw)
     busy = ag_ms + rs_ms
     gathers = len(sizes) * (2 if training else 1) + 1
-    colls = [Collective("fsdp", "all_gather", gathers, root.nbytes + sum(sizes) * (2 if training else 1), ag_ms, 0.0)]
+    colls = [Collective("fsdp", "all_gather", gathers, gathered + sum(sizes) * (2 if training else 1), ag_ms, 0.0)]
     if training:
-        colls.append(Collective("fsdp", "reduce_scatter", len(plan.groups), root.nbytes + sum(sizes), rs_ms, 0.0))
+        colls.append(Collective("fsdp", "reduce_scatter", len(plan.groups), reduced + sum(grads), rs_ms, 0.0))
     colls = [replace(x, exposed_ms=exposed * x.ms / busy if busy else 0.0) for x in colls]
     tensors = sum(g.tensors for g in plan.groups)
     return Communication(tuple(colls), exposed, copies, max(0.0, busy - exposed) * c.overlap_slowdown,
                          (len(plan.groups) * c.host.fsdp_group + tensors * c.host.fsdp_tensor) * 1e-3)
+
+
+def fsdp_bytes(nbytes: int, dtype: str) -> int:
+    """``nbytes`` of fp32 parameters (or their gradients) as FSDP2 moves them in
+    ``dtype``: ``MixedPrecisionPolicy(param_dtype=bf16)`` casts each shard before the
+    all-gather, halving its bytes; ``reduce_dtype`` likewise for the reduce-scatter."""
+    return nbytes * DTYPE_BYTES[dtype] // DTYPE_BYTES["fp32"]
 
 
 def _fsdp_backward_exposed(ag_bwd: Sequence[float], rs_bwd: Sequence[float], block_ms: float) -> float:
@@ -329,4 +342,4 @@ def _vocab_parallel(plan: ParallelPlan, c: Collectives, training: bool) -> Commu
 
 
 __all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "applied", "blocks_per_group_options", "buckets", "collectives_of",
-           "communication", "with_communication"]
+           "communication", "fsdp_bytes", "with_communication"]
