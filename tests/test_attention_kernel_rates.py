@@ -205,9 +205,10 @@ def test_speecht5_encoder_fix_is_priced_on_the_memory_efficient_kernel(capsys: p
 
 
 def test_under_compile_the_masked_call_is_priced_on_the_kernel_that_takes_it() -> None:
-    """Head dimension 160 in training: eager, flash (cuDNN's backward refuses 160); under
-    torch.compile a Hugging Face call gets a causal mask, which flash refuses: the
-    memory-efficient kernel runs every tile, at its rate with a bias."""
+    """Head dimension 160 in training: eager, cuDNN (torch 2.11 takes it forward and
+    backward, as measured); under torch.compile a Hugging Face call gets a causal mask,
+    which cuDNN takes: every tile, at its masked rate. Where the kernel under the mask is
+    the memory-efficient one (a call cuDNN refuses), every tile at its rate with a bias."""
     from shapelint.capture.sdpa import compile_builds_mask
 
     token = compile_builds_mask.set(True)
@@ -217,13 +218,18 @@ def test_under_compile_the_masked_call_is_priced_on_the_kernel_that_takes_it() -
     finally:
         compile_builds_mask.reset(token)
     forward = [g for g in cap.gemms if g.op.startswith("sdpa.") and g.phase == "forward"]
-    assert {(dict(g.extra)["kernel"], dict(g.extra)["compiled"]) for g in forward} == {("flash", "efficient")}
-    full = [with_kernel(replace(g, extra=tuple((k, False if k == "is_causal" else v) for k, v in g.extra)),
-                        "efficient") for g in forward]
+    assert {(dict(g.extra)["kernel"], dict(g.extra)["compiled"]) for g in forward} == {("cudnn", "cudnn")}
+    unmasked = [replace(g, extra=tuple((k, False if k == "is_causal" else v) for k, v in g.extra)) for g in forward]
     compiled, _ = attention_ms(forward, H100, "compile")
-    assert compiled == pytest.approx(sum(gemm_ms(g, H100) for g in full) / 0.86)
-    # every tile (1 / 0.55 of eager's) at the memory-efficient rate with a bias: 7.0x the eager flash time
+    assert compiled == pytest.approx(sum(gemm_ms(g, H100) for g in unmasked) / 0.83)
     eager, _ = attention_ms(forward, H100, "eager")
+    assert compiled / eager == pytest.approx(1 / (0.55 * 0.83), rel=0.02)
+    # the same call where the kernel under the mask is the memory-efficient one
+    on_efficient = [replace(g, extra=tuple((k, "efficient" if k == "compiled" else v) for k, v in g.extra))
+                    for g in forward]
+    full = [with_kernel(g, "efficient") for g in unmasked]
+    compiled, _ = attention_ms(on_efficient, H100, "compile")
+    assert compiled == pytest.approx(sum(gemm_ms(g, H100) for g in full) / 0.86)
     assert compiled / eager == pytest.approx(1 / (0.55 * 0.30 * 0.86), rel=0.02)
 
 
@@ -293,15 +299,16 @@ class PaddedAttend(nn.Module):
 
 def test_a_split_heads_call_keeps_its_mask_when_the_kernel_is_picked() -> None:
     """SL301's after-kernel reads the call's mask, as the dispatcher mirror does: at head
-    dimension 160 in training the mirror has cuDNN's backward refuse the call, flash take
-    it unmasked and the memory-efficient kernel masked (torch 2.11 on an H100 ran cuDNN
-    unmasked there: docs/known-gaps.md; the mask must reach the choice either way)."""
+    dimension 164 (not a multiple of 8) cuDNN refuses the call, flash takes it unmasked and
+    the memory-efficient kernel refuses it too, masked (math); at 160, in training, cuDNN
+    takes both (torch 2.11 on an H100)."""
     from shapelint.physics.attention import kernel_at
 
     cap, _ = trace(lambda: (PaddedAttend(256), torch.randn(1, 8, 256, 64, requires_grad=True)),  # type: ignore[arg-type]
                    precision="bf16")
     masked = [cap.gemms[i] for op in cap.ops if op.kind == "attention" for i in op.gemms]  # forward + backward
     plain = [g for call in _calls(8, 256, 64) for g in call]
-    assert kernel_at(masked, 160) == "efficient"
-    assert kernel_at(plain, 160) == "flash"
+    assert kernel_at(masked, 164) == "math"
+    assert kernel_at(plain, 164) == "flash"
+    assert kernel_at(masked, 160) == kernel_at(plain, 160) == "cudnn"
     assert kernel_at(masked, 64) == kernel_at(plain, 64) == "cudnn"

@@ -53,9 +53,12 @@ GEMM_PASSES_BACKWARD = 4
 # memory-efficient, math in that order. docs/attention-kernels.md says which check
 # each condition stands for.
 
-#: head dimensions cuDNN's backward takes on sm90 besides both <= 128
-_CUDNN_BACKWARD_DIMS = ((192, 128), (256, 256))
-_CUDNN_BACKWARD_MAX = 128
+# cuDNN's head dimensions on sm90 are those of torch 2.11 (its CUDA 13 wheel ships cuDNN
+# 9.19): ``check_cudnn_tensor_shapes`` allows up to MAX_FUSED_HEAD_DIM from cuDNN 9.10, for
+# the forward and the backward alike (measured: head dimension 160 in training ran cuDNN).
+# The main branch's ``check_cudnn_d256_bprop_head_dim`` (backward only at both <= 128,
+# (192, 128) or (256, 256)) applies from cuDNN 9.22 with a frontend that supports
+# d256, which no torch 2.11 wheel has: not mirrored (docs/attention-kernels.md).
 #: the memory-efficient kernel's head-dim and pointer alignment, bytes
 #: (``minimum_gemm_alignment`` on sm80+: 128 bits)
 EFFICIENT_ALIGN_BYTES = 16
@@ -91,9 +94,8 @@ def _cudnn_takes(c: AttentionCall) -> bool:
     if c.d_qk % 8 or c.d_v % 8 or max(c.d_qk, c.d_v) > MAX_FUSED_HEAD_DIM or c.seq_k == 1:
         return False
     # no dropout-resolution check: torch 2.11 runs cuDNN for dropout 0.1 (measured, see
-    # docs/attention-kernels.md), though main's check_cudnn_dropout refuses it
-    if c.requires_grad and max(c.d_qk, c.d_v) > _CUDNN_BACKWARD_MAX:
-        return (c.d_qk, c.d_v) in _CUDNN_BACKWARD_DIMS
+    # docs/attention-kernels.md), though main's check_cudnn_dropout refuses it; no
+    # backward head-dimension check (above)
     return True
 
 
