@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from shapelint.model.records import ATTN_ROLES, Gemm, Operand, Role, Work
+from shapelint.model.records import ATTN_ROLES, Gemm, Op, Operand, Role, Work
+from shapelint.physics.attention_bias import padding_ops
 
 #: largest head dimension PyTorch's flash / cuDNN attention kernels take (bf16/fp16)
 MAX_FUSED_HEAD_DIM = 256
@@ -374,11 +375,29 @@ class HandWritten:
             return ()
         return (fused(self.qk, self.tq, self.tk, "sdpa.qk", needs, kernel=self.kernel(needs)),)
 
+    def bias_padding(self, needs: ChainNeeds) -> tuple[Op, ...]:
+        """The kernels PyTorch runs to pad the fused call's bias where the memory-efficient
+        kernel runs it (``shapelint.physics.attention_bias``): the fix's bias is of the
+        scores' shape where it needs its gradient, a [Tq, Tk] mask otherwise."""
+        if not needs.bias or self.kernel(needs) != "efficient":
+            return ()
+        elems = self.score_elems if needs.bias_grad else self.tq * self.tk
+        return padding_ops(elems, self.tk, self.pv.dtype_bytes, needs.bias_grad, bool(self.backward))
+
     def bias_grad_bytes(self, needs: ChainNeeds) -> int:
         """Bytes the fused backward writes for the gradient of a bias that needs one
         (:func:`bias_grad_bytes`: its record carries ``bias_grad``, the scores' element
         size, as under autocast SDPA takes the mask in the compute dtype)."""
         return bias_grad_bytes(self.fused(needs)[0]) if self.backward else 0
+
+
+def fused_added(atts: Sequence[HandWritten], needs: ChainNeeds) -> Work:
+    """What the fused calls replacing ``atts`` run besides their GEMMs' records: QKᵀ
+    computed again in backward, the expanded gradient of a bias that needs one, and the
+    copies PyTorch makes of a bias the memory-efficient kernel cannot read unpadded."""
+    return Work(tuple(g for att in atts for g in att.recompute(needs)),
+                sum(att.bias_grad_bytes(needs) for att in atts),
+                tuple(op for att in atts for op in att.bias_padding(needs)))
 
 
 def find_hand_written(gemms: Sequence[Gemm]) -> dict[str, list[HandWritten]]:
