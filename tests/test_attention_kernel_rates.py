@@ -24,7 +24,7 @@ from shapelint.model.records import Gemm
 from shapelint.physics.attention import bias_grad_bytes, with_kernel
 from shapelint.pipeline.run import trace
 from shapelint.price.gemm import EFFICIENT_DROPOUT_HEAD_DIM, fused_dropout_ms, gemm_ms, gemm_time
-from shapelint.price.kernels import attention_ms
+from shapelint.price.kernels import attention_ms, op_ms
 
 H100 = resolve("h100")
 DATA = Path(__file__).resolve().parent.parent / "docs" / "data" / "attention_kernel_rates_h100_2026-11-26.json"
@@ -164,11 +164,14 @@ def test_a_bias_that_needs_its_gradient_sends_the_fix_to_the_memory_efficient_ke
     cap, (f,), (p,) = _sl302(lambda: (RelativeBias(seq=1024), torch.randn(8, 1024, 512)))
     assert {dict(g.extra)["kernel"] for g in f.after} == {"efficient"}
     assert all(dict(g.extra)["bias_grad"] == 2 and dict(g.extra)["with_bias"] for g in f.after)
-    assert p.change.added.traffic_bytes == 8 * 8 * 1024 * 1024 * 2  # the bias gradient, expanded, bf16
+    (grad,) = p.change.added.ops  # 1024 keys: no padding
+    assert grad.bytes == 8 * 8 * 1024 * 1024 * 2 and grad.backward  # the bias gradient, expanded, bf16
+    assert op_ms(grad, H100) == pytest.approx(1e3 * grad.bytes / (
+        H100.memory_bandwidth_gbps * 1e9 * H100.step.elementwise_efficiency))  # as attention_ms prices it
     # the same attention with a constant mask: cuDNN, no gradient written
     _, (g,), (q,) = _sl302(lambda: (nn.Sequential(sl302.ManualAttention(512, 8, dropout=0.1)),
                                     torch.randn(8, 1024, 512)))
-    assert {dict(a.extra)["kernel"] for a in g.after} == {"cudnn"} and q.change.added.traffic_bytes == 0
+    assert {dict(a.extra)["kernel"] for a in g.after} == {"cudnn"} and q.change.added.ops == ()
     # both fused calls have the same GEMMs; the learned bias's runs about 3x longer (measured alone at
     # 96 x 1024 x 64: the memory-efficient kernel with a bias and dropout 1.47 ms, cuDNN with a bias
     # 0.40 ms, and dropout on cuDNN adds 0.06-0.16 ms)

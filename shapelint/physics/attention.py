@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from shapelint.model.records import ATTN_ROLES, Gemm, Op, Operand, Role, Work
-from shapelint.physics.attention_bias import padding_ops
+from shapelint.physics.attention_bias import bias_grad_op, padding_ops
 
 #: largest head dimension PyTorch's flash / cuDNN attention kernels take (bf16/fp16)
 MAX_FUSED_HEAD_DIM = 256
@@ -393,11 +393,12 @@ class HandWritten:
 
 def fused_added(atts: Sequence[HandWritten], needs: ChainNeeds) -> Work:
     """What the fused calls replacing ``atts`` run besides their GEMMs' records: QKᵀ
-    computed again in backward, the expanded gradient of a bias that needs one, and the
-    copies PyTorch makes of a bias the memory-efficient kernel cannot read unpadded."""
+    computed again in backward, the expanded gradient of a bias that needs one (an
+    elementwise write, as the step prices a captured call's), and the copies PyTorch
+    makes of a bias the memory-efficient kernel cannot read unpadded."""
+    grads = tuple(bias_grad_op(nbytes) for att in atts if (nbytes := att.bias_grad_bytes(needs)))
     return Work(tuple(g for att in atts for g in att.recompute(needs)),
-                sum(att.bias_grad_bytes(needs) for att in atts),
-                tuple(op for att in atts for op in att.bias_padding(needs)))
+                ops=grads + tuple(op for att in atts for op in att.bias_padding(needs)))
 
 
 def find_hand_written(gemms: Sequence[Gemm]) -> dict[str, list[HandWritten]]:

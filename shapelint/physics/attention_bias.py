@@ -29,6 +29,14 @@ PAD_FORWARD = (("fill_", 1), ("copy_", 1))
 PAD_BACKWARD = (("fill_", 1), ("copy_", 2))
 
 
+def bias_grad_op(nbytes: int) -> Op:
+    """The fused backward's write of a bias's gradient at the expanded [B, H, Tq, Tk]
+    shape (``shapelint.physics.attention.bias_grad_bytes``) as the kernel it is priced as,
+    where a captured call's is too (``shapelint.price.kernels.attention_ms``): an
+    elementwise write."""
+    return Op(index=-1, name="grad_bias", kind="pointwise", backward=True, bytes=nbytes)
+
+
 def needs_padding(row_elems: int) -> bool:
     """A contiguous bias with rows of ``row_elems`` elements (the keys) is padded."""
     return row_elems % EFFICIENT_BIAS_ALIGN != 0
@@ -52,4 +60,4 @@ def padding_ops(bias_elems: int, row_elems: int, element_bytes: int, grad: bool,
                  for name, n, backward in steps for _ in range(n))
 
 
-__all__ = ["EFFICIENT_BIAS_ALIGN", "needs_padding", "padding_ops"]
+__all__ = ["EFFICIENT_BIAS_ALIGN", "bias_grad_op", "needs_padding", "padding_ops"]
