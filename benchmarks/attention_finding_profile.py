@@ -195,9 +195,15 @@ def finding_profile(model: str, pattern: str, r: Any, args: argparse.Namespace) 
 # -- the memory-efficient kernel --------------------------------------------------------------
 
 
-def sweep_cases(tiny: bool) -> list[tuple[int, int, int, int, str, str, float]]:
+def sweep_cases(tiny: bool, cudnn: bool = False) -> list[tuple[int, int, int, int, str, str, float]]:
     """(B, H, T, d, backend, bias, dropout); bias: none, const (full, no grad), grad (full,
-    needs its gradient), bcast_grad ([1, H, T, T], needs its gradient)."""
+    needs its gradient), bcast_grad ([1, H, T, T], needs its gradient), tt (a [T, T] mask
+    with no gradient: SL302's fix where the chain adds a constant mask). ``cudnn``: cuDNN
+    with and without that mask and dropout instead."""
+    if cudnn:
+        shapes = [(1, 2, 64, 64)] if tiny else [(8, 12, t, 64) for t in (512, 1024)]
+        variants = [("cudnn", bias, p) for bias in ("none", "tt") for p in (0.0, 0.1)]
+        return [(*s, *v) for s in shapes for v in variants]
     shapes = [(1, 2, 64, 64)] if tiny else [(8, 12, t, 64) for t in (512, 1023, 1024, 1500)]
     variants = [("cudnn", "none", 0.0), ("flash", "none", 0.0), ("efficient", "none", 0.0),
                 ("efficient", "none", 0.1), ("efficient", "const", 0.0), ("efficient", "grad", 0.0),
@@ -216,7 +222,7 @@ def sweep_case(b: int, h: int, t: int, d: int, backend: str, bias: str, p: float
     q, k, v = (torch.randn(b, h, t, d, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
     mask = None
     if bias != "none":
-        shape = (1, h, t, t) if bias == "bcast_grad" else (b, h, t, t)
+        shape = (1, h, t, t) if bias == "bcast_grad" else (t, t) if bias == "tt" else (b, h, t, t)
         mask = torch.randn(*shape, device=device, dtype=dtype, requires_grad=bias.endswith("grad"))
     inputs = (q, k, v, mask) if mask is not None and mask.requires_grad else (q, k, v)
     grad = torch.randn_like(q)
@@ -246,7 +252,7 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     print(f"\n== memory-efficient kernel sweep\n{'B':>2} {'H':>3} {'T':>5} {'d':>4} {'kernel':9} {'bias':10} "
           f"{'drop':4} {'fwd ms':>8} {'f+b ms':>8}  top kernels (us)", flush=True)
-    for case in sweep_cases(args.tiny):
+    for case in sweep_cases(args.tiny, args.sweep_cudnn):
         r = sweep_case(*case, args.device)
         rows.append(r)
         top = "; ".join(f"{k['kernel'][:40]} {k['us']:.0f}" for k in r.get("kernels", [])[:4])
@@ -296,6 +302,7 @@ def main() -> int:
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--models", nargs="*", help="corpus models whose TARGETS to profile (default: all)")
     p.add_argument("--sweep", action="store_true", help="the memory-efficient kernel over shapes")
+    p.add_argument("--sweep-cudnn", action="store_true", help="the sweep: cuDNN with a [T, T] mask and dropout")
     p.add_argument("--real", action="store_true", help="profile a one-layer real training step of each model")
     p.add_argument("--tiny", action="store_true", help="CPU smoke: run the blocks and a tiny sweep on the CPU")
     args = p.parse_args()
@@ -313,7 +320,7 @@ def main() -> int:
         out.write_text(json.dumps(doc, indent=1) + "\n")
 
     start = time.monotonic()
-    if args.sweep:
+    if args.sweep or args.sweep_cudnn:
         doc["sweep"] = sweep(args)
         save()
     targets = [(m, pat) for m, pat in TARGETS if not args.models or m in args.models]
