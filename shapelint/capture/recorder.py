@@ -29,7 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from shapelint.capture.host_reads import HostReads
-from shapelint.capture.op_traffic import casts, channels_last, iteration, stored_bytes, stream_access, tensors_of
+from shapelint.capture.op_traffic import casts, channels_last, iteration, softmax_row, stored_bytes, stream_access, tensors_of
 from shapelint.capture.precision import dtype_name, operand_dtype
 from shapelint.capture.rows import ROOT_INFO, ModuleInfo, OpRow, Owner, Position, ShapeRow
 from shapelint.capture.sources import module_params, user_frame_source
@@ -293,7 +293,7 @@ class Recorder:
         numel, out_numel = iteration(kclass, ins, outs)
         self._ops.append(OpRow(name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, access == "strided",
                                numel, out_numel, channels_last(ins, name in BATCH_NORM), access == "coalesced",
-                               kclass in ("copy", "pointwise") and casts(ins, outs)))
+                               kclass in ("copy", "pointwise") and casts(ins, outs), softmax_row(name, args)))
 
     def _traffic(self, name: str, kclass: str, out_arg: bool, ins: list[torch.Tensor], outs: list[torch.Tensor]
                  ) -> tuple[int, tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:

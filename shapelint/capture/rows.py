@@ -63,6 +63,8 @@ class OpRow(NamedTuple):
     channels_last: bool = False
     coalesced: bool = False
     cast: bool = False
+    #: a softmax's row: the length of the dimension it normalises
+    row: int = 0
 
 
 @dataclass(frozen=True)

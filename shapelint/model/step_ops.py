@@ -53,3 +53,6 @@ class Op:
     #: a copy or pointwise op that TensorIterator runs with a dynamic cast (its floating
     #: tensors of two dtypes, but the fp32 -> bf16/fp16 copy): never vectorised
     cast: bool = False
+    #: a softmax's row, the length of the dimension it normalises: PyTorch's CUDA softmax
+    #: runs a warp per row where the row fits one (``shapelint.physics.kernels.warp_softmax``)
+    row: int = 0
