@@ -9,7 +9,7 @@ mask with dropout 0.1); SpeechT5's encoder after SL302's fix, as --verify timed 
 before (a constant [T, T] bias, dropout 0.1) and as the fix runs it (a bias of the
 scores' shape that needs its gradient); T5's learned bias; an fp32 step's attention
 (the memory-efficient kernel's fp32 rate, against bf16 cuDNN); head dimension 160 in
-training (cuDNN's backward refuses it: flash).
+training (cuDNN in torch 2.11, forward and backward).
 
     python benchmarks/attention_kernel_choice.py --json $OUT/attention_kernel_choice.json
 

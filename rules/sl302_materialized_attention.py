@@ -10,7 +10,8 @@ their backward), each priced as the step prices it. After: the fused kernel's GE
 (scores on chip, QKᵀ recomputed in backward) on the kernel PyTorch picks for the call
 the fix makes (cuDNN; the memory-efficient kernel where the bias needs its gradient),
 with an additive mask where the chain masked and its dropout, at that kernel's rates,
-and the expanded gradient of a bias that needs one.
+the expanded gradient of a bias that needs one, and the copies PyTorch makes of a bias
+whose rows the memory-efficient kernel cannot read unpadded (keys not a multiple of 8).
 
 ## Why is this bad?
 Each pass over a ``B·H·Tq·Tk`` matrix costs memory bandwidth that grows with the
@@ -48,7 +49,7 @@ from torch import nn
 from shapelint.check.rule_api import Example, RuleContext
 from shapelint.hardware import Hardware
 from shapelint.model.records import Change, Gemm, Op, Proposal, Severity, Suggestion, Work
-from shapelint.physics.attention import GEMM_PASSES_BACKWARD, GEMM_PASSES_FORWARD, HandWritten, find_hand_written
+from shapelint.physics.attention import GEMM_PASSES_BACKWARD, GEMM_PASSES_FORWARD, HandWritten, find_hand_written, fused_added
 from shapelint.physics.score_chain import (
     chain_names,
     chain_needs,
@@ -129,9 +130,7 @@ def _proposal(atts: list[HandWritten], context: RuleContext) -> Proposal:
         (("seq_q", first.tq), ("seq_k", first.tk), ("head_dim", first.qk.k), ("score_bytes", score_bytes),
          ("score_passes", passes), ("traffic_bytes", score_bytes * passes),
          ("softmax_bytes", softmax_bytes_of(atts)), ("chain_bytes", chain_bytes), ("score_kernels", len(chain))),
-        # the fused backward computes QKᵀ again, and writes a bias's gradient expanded
-        added=Work(tuple(g for att in atts for g in att.recompute(needs)),
-                   sum(att.bias_grad_bytes(needs) for att in atts)),
+        added=fused_added(atts, needs),
         fuses=chain,
     )
     # now: the GEMMs plus the ops over the scores no GEMM record carries; the fix is in

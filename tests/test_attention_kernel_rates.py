@@ -24,7 +24,7 @@ from shapelint.model.records import Gemm
 from shapelint.physics.attention import bias_grad_bytes, with_kernel
 from shapelint.pipeline.run import trace
 from shapelint.price.gemm import EFFICIENT_DROPOUT_HEAD_DIM, fused_dropout_ms, gemm_ms, gemm_time
-from shapelint.price.kernels import attention_ms
+from shapelint.price.kernels import attention_ms, op_ms
 
 H100 = resolve("h100")
 DATA = Path(__file__).resolve().parent.parent / "docs" / "data" / "attention_kernel_rates_h100_2026-11-26.json"
@@ -164,11 +164,14 @@ def test_a_bias_that_needs_its_gradient_sends_the_fix_to_the_memory_efficient_ke
     cap, (f,), (p,) = _sl302(lambda: (RelativeBias(seq=1024), torch.randn(8, 1024, 512)))
     assert {dict(g.extra)["kernel"] for g in f.after} == {"efficient"}
     assert all(dict(g.extra)["bias_grad"] == 2 and dict(g.extra)["with_bias"] for g in f.after)
-    assert p.change.added.traffic_bytes == 8 * 8 * 1024 * 1024 * 2  # the bias gradient, expanded, bf16
+    (grad,) = p.change.added.ops  # 1024 keys: no padding
+    assert grad.bytes == 8 * 8 * 1024 * 1024 * 2 and grad.backward  # the bias gradient, expanded, bf16
+    assert op_ms(grad, H100) == pytest.approx(1e3 * grad.bytes / (
+        H100.memory_bandwidth_gbps * 1e9 * H100.step.elementwise_efficiency))  # as attention_ms prices it
     # the same attention with a constant mask: cuDNN, no gradient written
     _, (g,), (q,) = _sl302(lambda: (nn.Sequential(sl302.ManualAttention(512, 8, dropout=0.1)),
                                     torch.randn(8, 1024, 512)))
-    assert {dict(a.extra)["kernel"] for a in g.after} == {"cudnn"} and q.change.added.traffic_bytes == 0
+    assert {dict(a.extra)["kernel"] for a in g.after} == {"cudnn"} and q.change.added.ops == ()
     # both fused calls have the same GEMMs; the learned bias's runs about 3x longer (measured alone at
     # 96 x 1024 x 64: the memory-efficient kernel with a bias and dropout 1.47 ms, cuDNN with a bias
     # 0.40 ms, and dropout on cuDNN adds 0.06-0.16 ms)
@@ -191,23 +194,25 @@ def test_verify_times_the_call_the_fix_makes() -> None:
 def test_speecht5_encoder_fix_is_priced_on_the_memory_efficient_kernel(capsys: pytest.CaptureFixture[str]) -> None:
     """SpeechT5's encoder (96 batch·heads, T = 1023, head dim 64, a relative-position term
     from q, dropout 0.1): the fix runs the memory-efficient kernel with the bias and its
-    gradient. Alone on an H100 that call took 1.47 ms (T = 1024, no bias gradient); the
-    hand-written layer measured 4.21 ms (--verify, 2026-11-26), so about 2.8x is what the fix
-    gives; the estimate's before is 5.48 ms a layer (the score chain's ops as recorded)."""
+    gradient, which PyTorch pads to 1024 keys (a fill and a strided copy forward, one fill
+    and two copies more backward). On an H100 (torch 2.11, 2026-11-26,
+    benchmarks/attention_finding_profile.py) the layer's fix took 2.56 ms, 0.89 of them in
+    the padding, and the hand-written layer 4.14 ms (1.62x)."""
     from tests._cli_helpers import run
 
     corpus = Path(__file__).resolve().parent / "corpus" / "speecht5-asr" / "config.json"
     rc, out, _ = run([corpus, "--gpu", "h100", "--format", "json"], capsys)
     (f,) = [f for f in json.loads(out)["findings"] if f["module"].endswith("layers.*.attention")]
     per_layer_after = f["est_ms_after"] / 12
-    assert 1.4 < per_layer_after < 1.8  # 1.47 ms measured + the bias gradient
-    assert 2.8 < f["est_speedup"] < 4.0  # was 9.34 (cuDNN's rate) where the fix runs ~2.8x
+    assert 2.2 < per_layer_after < 2.8  # 2.56 ms measured
+    assert 1.45 < f["est_speedup"] < 2.0  # 1.62x measured; was 3.52 before the padding and the K=1023 bmm rate
 
 
 def test_under_compile_the_masked_call_is_priced_on_the_kernel_that_takes_it() -> None:
-    """Head dimension 160 in training: eager, flash (cuDNN's backward refuses 160); under
-    torch.compile a Hugging Face call gets a causal mask, which flash refuses: the
-    memory-efficient kernel runs every tile, at its rate with a bias."""
+    """Head dimension 160 in training: eager, cuDNN (torch 2.11 takes it forward and
+    backward, as measured); under torch.compile a Hugging Face call gets a causal mask,
+    which cuDNN takes: every tile, at its masked rate. Where the kernel under the mask is
+    the memory-efficient one (a call cuDNN refuses), every tile at its rate with a bias."""
     from shapelint.capture.sdpa import compile_builds_mask
 
     token = compile_builds_mask.set(True)
@@ -217,13 +222,18 @@ def test_under_compile_the_masked_call_is_priced_on_the_kernel_that_takes_it() -
     finally:
         compile_builds_mask.reset(token)
     forward = [g for g in cap.gemms if g.op.startswith("sdpa.") and g.phase == "forward"]
-    assert {(dict(g.extra)["kernel"], dict(g.extra)["compiled"]) for g in forward} == {("flash", "efficient")}
-    full = [with_kernel(replace(g, extra=tuple((k, False if k == "is_causal" else v) for k, v in g.extra)),
-                        "efficient") for g in forward]
+    assert {(dict(g.extra)["kernel"], dict(g.extra)["compiled"]) for g in forward} == {("cudnn", "cudnn")}
+    unmasked = [replace(g, extra=tuple((k, False if k == "is_causal" else v) for k, v in g.extra)) for g in forward]
     compiled, _ = attention_ms(forward, H100, "compile")
-    assert compiled == pytest.approx(sum(gemm_ms(g, H100) for g in full) / 0.86)
-    # every tile (1 / 0.55 of eager's) at the memory-efficient rate with a bias: 7.0x the eager flash time
+    assert compiled == pytest.approx(sum(gemm_ms(g, H100) for g in unmasked) / 0.83)
     eager, _ = attention_ms(forward, H100, "eager")
+    assert compiled / eager == pytest.approx(1 / (0.55 * 0.83), rel=0.02)
+    # the same call where the kernel under the mask is the memory-efficient one
+    on_efficient = [replace(g, extra=tuple((k, "efficient" if k == "compiled" else v) for k, v in g.extra))
+                    for g in forward]
+    full = [with_kernel(g, "efficient") for g in unmasked]
+    compiled, _ = attention_ms(on_efficient, H100, "compile")
+    assert compiled == pytest.approx(sum(gemm_ms(g, H100) for g in full) / 0.86)
     assert compiled / eager == pytest.approx(1 / (0.55 * 0.30 * 0.86), rel=0.02)
 
 
@@ -293,15 +303,16 @@ class PaddedAttend(nn.Module):
 
 def test_a_split_heads_call_keeps_its_mask_when_the_kernel_is_picked() -> None:
     """SL301's after-kernel reads the call's mask, as the dispatcher mirror does: at head
-    dimension 160 in training the mirror has cuDNN's backward refuse the call, flash take
-    it unmasked and the memory-efficient kernel masked (torch 2.11 on an H100 ran cuDNN
-    unmasked there: docs/known-gaps.md; the mask must reach the choice either way)."""
+    dimension 164 (not a multiple of 8) cuDNN refuses the call, flash takes it unmasked and
+    the memory-efficient kernel refuses it too, masked (math); at 160, in training, cuDNN
+    takes both (torch 2.11 on an H100)."""
     from shapelint.physics.attention import kernel_at
 
     cap, _ = trace(lambda: (PaddedAttend(256), torch.randn(1, 8, 256, 64, requires_grad=True)),  # type: ignore[arg-type]
                    precision="bf16")
     masked = [cap.gemms[i] for op in cap.ops if op.kind == "attention" for i in op.gemms]  # forward + backward
     plain = [g for call in _calls(8, 256, 64) for g in call]
-    assert kernel_at(masked, 160) == "efficient"
-    assert kernel_at(plain, 160) == "flash"
+    assert kernel_at(masked, 164) == "math"
+    assert kernel_at(plain, 164) == "flash"
+    assert kernel_at(masked, 160) == kernel_at(plain, 160) == "cudnn"
     assert kernel_at(masked, 64) == kernel_at(plain, 64) == "cudnn"

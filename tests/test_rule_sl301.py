@@ -70,8 +70,8 @@ def test_head_dim_320_splits_each_head_in_two() -> None:
     # kernel the records are tagged with (itself 1 / efficient_attention_efficiency the fitted rate)
     assert {dict(g.extra)["kernel"] for g in cap.gemms if g.op.startswith("sdpa.")} == {"efficient"}
     assert f.est_ms == f.fact("math_kernel_ms") > 1.5 * f.fact("recorded_ms")
-    # after: 160-wide heads in training, which cuDNN's backward refuses: flash, at the fitted rate
-    assert {dict(g.extra)["kernel"] for g in f.after} == {"flash"}
+    # after: 160-wide heads in training, which torch 2.11 runs on cuDNN, at the fitted rate
+    assert {dict(g.extra)["kernel"] for g in f.after} == {"cudnn"}
     assert 4.0 < f.est_speedup < 8.0  # measured 6.1x on an H200 (B8 H4 T1024: 3.97 ms vs 0.65 ms)
 
 

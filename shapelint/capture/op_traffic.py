@@ -10,6 +10,7 @@ from typing import Any, Literal
 import torch
 
 from shapelint.physics.conv_kernels import BATCH_NORM
+from shapelint.physics.kernels import SOFTMAX
 
 #: how a copy or pointwise kernel walks memory (:func:`elementwise_access`)
 Access = Literal["vectorized", "coalesced", "strided"]
@@ -47,6 +48,15 @@ def stream_access(kclass: str, ins: Sequence[torch.Tensor], outs: Sequence[torch
 #: the casts CUDA's copy runs as a kernel of their own types (``direct_copy_kernel_cuda``:
 #: fp32 to bf16 or fp16 without a dynamic cast, vectorised where contiguous)
 _NOCAST_COPIES = {(torch.float32, torch.bfloat16), (torch.float32, torch.float16)}
+
+
+def softmax_row(name: str, args: Sequence[Any]) -> int:
+    """The row a softmax normalises (the length of its ``dim``), forward or backward; 0
+    for any other op (``shapelint.physics.kernels.SOFTMAX``)."""
+    if name not in SOFTMAX or not args or not isinstance(args[0], torch.Tensor):
+        return 0
+    x, dim = args[0], args[2 if name.endswith("_backward_data") else 1] if len(args) > 1 else -1
+    return int(x.shape[dim]) if isinstance(dim, int) and x.dim() else 0
 
 
 def casts(ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:

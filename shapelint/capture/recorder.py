@@ -34,6 +34,7 @@ from shapelint.capture.op_traffic import (
     channels_last,
     iteration,
     normalised_shape,
+    softmax_row,
     stored_bytes,
     stream_access,
     tensors_of,
@@ -43,11 +44,7 @@ from shapelint.capture.rows import ROOT_INFO, ModuleInfo, OpRow, Owner, Position
 from shapelint.capture.sources import module_params, user_frame_source
 from shapelint.model.records import Source
 from shapelint.physics.conv_kernels import BATCH_NORM
-from shapelint.physics.gemm_shapes import (
-    GEMM_OPS,
-    GemmShape,
-    extract,
-)
+from shapelint.physics.gemm_shapes import GEMM_OPS, GemmShape, extract
 from shapelint.physics.kernels import kernel_class, read_bytes
 
 _VIEW_LIKE = frozenset(
@@ -301,7 +298,8 @@ class Recorder:
         numel, out_numel = iteration(kclass, ins, outs)
         self._ops.append(OpRow(name, kclass, backward, nbytes, reads, writes, gemms, owner, widest, access == "strided",
                                numel, out_numel, channels_last(ins, name in BATCH_NORM), access == "coalesced",
-                               kclass in ("copy", "pointwise") and casts(ins, outs), normalised_shape(name, ins)))
+                               kclass in ("copy", "pointwise") and casts(ins, outs), normalised_shape(name, ins),
+                               softmax_row(name, args)))
 
     def _traffic(self, name: str, kclass: str, out_arg: bool, ins: list[torch.Tensor], outs: list[torch.Tensor]
                  ) -> tuple[int, tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:

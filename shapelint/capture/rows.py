@@ -64,6 +64,8 @@ class OpRow(NamedTuple):
     coalesced: bool = False
     cast: bool = False
     shape: tuple[int, ...] = ()
+    #: a softmax's row: the length of the dimension it normalises
+    row: int = 0
 
 
 @dataclass(frozen=True)

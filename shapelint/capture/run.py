@@ -272,7 +272,7 @@ def _ops(rows: Sequence[OpRow]) -> list[Op]:
         first += len(indices)
         ops.append(Op(i, row.name, row.kclass, row.backward, row.nbytes, row.reads, row.writes, indices, row.owner,
                       row.widest, row.strided, row.numel, row.out_numel, row.channels_last, row.coalesced,
-                      row.cast, row.shape))
+                      row.cast, row.shape, row.row))
     return ops
 
 

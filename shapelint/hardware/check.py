@@ -19,7 +19,8 @@ from shapelint.hardware.profile import STEP_KEYS
 EFFICIENCIES = ("achievable", "attention_misaligned_efficiency", "conv_transpose_efficiency",
                 "memory_efficiency", "attention_efficiency", "conv_memory_efficiency", "conv_gemm_1x1_efficiency",
                 "depthwise_nchw_efficiency", "depthwise_nchw_min_efficiency", "depthwise_nhwc_min_efficiency",
-                "depthwise_nhwc_efficiency", "grouped_nhwc_efficiency", "batched_memory_efficiency")
+                "depthwise_nhwc_efficiency", "grouped_nhwc_efficiency", "batched_memory_efficiency",
+                "batched_misaligned_k_efficiency")
 #: typical model GEMMs measured against the 8192³ peak: slightly above 1 is possible
 GEMM_EFFICIENCY_MAX = 1.5
 #: the efficiency tables, ``{element bytes: {aligned bytes: fraction}}``

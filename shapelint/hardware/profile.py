@@ -155,6 +155,9 @@ class Hardware:
     #: the same for a batched GEMM (``bmm``: attention written by hand, relative-position
     #: terms), whose traffic is mostly its output, streamed near the copy rate
     batched_memory_efficiency: float
+    #: the fraction of that rate a batched GEMM keeps whose contraction (K) rows are not
+    #: 16-byte aligned: cuBLAS runs it on CUTLASS's narrow-load (align1/align2) kernels
+    batched_misaligned_k_efficiency: float
     #: fractions of the copy bandwidth memory-bound convolution kernels reach, by the
     #: kernel each layout gets (``shapelint.physics.conv_kernels``): cuDNN's implicit GEMMs;
     #: cuBLASLt's GEMMs of a 1x1 convolution over N·H·W rows; PyTorch's own depthwise

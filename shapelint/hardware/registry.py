@@ -127,6 +127,7 @@ def _hardware(doc: dict[str, Any], arch: dict[str, Any], key: str, file: str) ->
         conv_transpose_efficiency=inherited("conv_transpose_efficiency"),
         memory_efficiency=inherited("memory_efficiency"),
         batched_memory_efficiency=inherited("batched_memory_efficiency"),
+        batched_misaligned_k_efficiency=inherited("batched_misaligned_k_efficiency"),
         conv_memory_efficiency=inherited("conv_memory_efficiency"),
         conv_gemm_1x1_efficiency=inherited("conv_gemm_1x1_efficiency"),
         depthwise_nchw_efficiency=inherited("depthwise_nchw_efficiency"),

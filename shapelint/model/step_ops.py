@@ -57,3 +57,6 @@ class Op:
     #: NCHW batch-norm kernels give each channel one block (``shapelint.physics.
     #: batch_norm``), so their time depends on it, not on the bytes alone; () for other ops
     shape: tuple[int, ...] = ()
+    #: a softmax's row, the length of the dimension it normalises: PyTorch's CUDA softmax
+    #: runs a warp per row where the row fits one (``shapelint.physics.kernels.warp_softmax``)
+    row: int = 0

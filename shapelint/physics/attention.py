@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from shapelint.model.records import ATTN_ROLES, Gemm, Operand, Role, Work
+from shapelint.model.records import ATTN_ROLES, Gemm, Op, Operand, Role, Work
+from shapelint.physics.attention_bias import bias_grad_op, padding_ops
 
 #: largest head dimension PyTorch's flash / cuDNN attention kernels take (bf16/fp16)
 MAX_FUSED_HEAD_DIM = 256
@@ -53,9 +54,12 @@ GEMM_PASSES_BACKWARD = 4
 # memory-efficient, math in that order. docs/attention-kernels.md says which check
 # each condition stands for.
 
-#: head dimensions cuDNN's backward takes on sm90 besides both <= 128
-_CUDNN_BACKWARD_DIMS = ((192, 128), (256, 256))
-_CUDNN_BACKWARD_MAX = 128
+# cuDNN's head dimensions on sm90 are those of torch 2.11 (its CUDA 13 wheel ships cuDNN
+# 9.19): ``check_cudnn_tensor_shapes`` allows up to MAX_FUSED_HEAD_DIM from cuDNN 9.10, for
+# the forward and the backward alike (measured: head dimension 160 in training ran cuDNN).
+# The main branch's ``check_cudnn_d256_bprop_head_dim`` (backward only at both <= 128,
+# (192, 128) or (256, 256)) applies from cuDNN 9.22 with a frontend that supports
+# d256, which no torch 2.11 wheel has: not mirrored (docs/attention-kernels.md).
 #: the memory-efficient kernel's head-dim and pointer alignment, bytes
 #: (``minimum_gemm_alignment`` on sm80+: 128 bits)
 EFFICIENT_ALIGN_BYTES = 16
@@ -91,9 +95,8 @@ def _cudnn_takes(c: AttentionCall) -> bool:
     if c.d_qk % 8 or c.d_v % 8 or max(c.d_qk, c.d_v) > MAX_FUSED_HEAD_DIM or c.seq_k == 1:
         return False
     # no dropout-resolution check: torch 2.11 runs cuDNN for dropout 0.1 (measured, see
-    # docs/attention-kernels.md), though main's check_cudnn_dropout refuses it
-    if c.requires_grad and max(c.d_qk, c.d_v) > _CUDNN_BACKWARD_MAX:
-        return (c.d_qk, c.d_v) in _CUDNN_BACKWARD_DIMS
+    # docs/attention-kernels.md), though main's check_cudnn_dropout refuses it; no
+    # backward head-dimension check (above)
     return True
 
 
@@ -372,11 +375,30 @@ class HandWritten:
             return ()
         return (fused(self.qk, self.tq, self.tk, "sdpa.qk", needs, kernel=self.kernel(needs)),)
 
+    def bias_padding(self, needs: ChainNeeds) -> tuple[Op, ...]:
+        """The kernels PyTorch runs to pad the fused call's bias where the memory-efficient
+        kernel runs it (``shapelint.physics.attention_bias``): the fix's bias is of the
+        scores' shape where it needs its gradient, a [Tq, Tk] mask otherwise."""
+        if not needs.bias or self.kernel(needs) != "efficient":
+            return ()
+        elems = self.score_elems if needs.bias_grad else self.tq * self.tk
+        return padding_ops(elems, self.tk, self.pv.dtype_bytes, needs.bias_grad, bool(self.backward))
+
     def bias_grad_bytes(self, needs: ChainNeeds) -> int:
         """Bytes the fused backward writes for the gradient of a bias that needs one
         (:func:`bias_grad_bytes`: its record carries ``bias_grad``, the scores' element
         size, as under autocast SDPA takes the mask in the compute dtype)."""
         return bias_grad_bytes(self.fused(needs)[0]) if self.backward else 0
+
+
+def fused_added(atts: Sequence[HandWritten], needs: ChainNeeds) -> Work:
+    """What the fused calls replacing ``atts`` run besides their GEMMs' records: QKᵀ
+    computed again in backward, the expanded gradient of a bias that needs one (an
+    elementwise write, as the step prices a captured call's), and the copies PyTorch
+    makes of a bias the memory-efficient kernel cannot read unpadded."""
+    grads = tuple(bias_grad_op(nbytes) for att in atts if (nbytes := att.bias_grad_bytes(needs)))
+    return Work(tuple(g for att in atts for g in att.recompute(needs)),
+                ops=grads + tuple(op for att in atts for op in att.bias_padding(needs)))
 
 
 def find_hand_written(gemms: Sequence[Gemm]) -> dict[str, list[HandWritten]]:

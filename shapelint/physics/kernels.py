@@ -64,6 +64,24 @@ REDUCTION: frozenset[str] = frozenset({
     *("selective_scan", "selective_scan_backward", "rms_norm", "rms_norm_backward"),  # SCAN, mamba_ssm's norms
 })
 
+#: softmax ops, forward and backward: PyTorch's CUDA kernels (``SoftMax.cu``) run a warp
+#: per row where a row holds at most WARP_SOFTMAX_MAX_ROW elements and
+#: WARP_SOFTMAX_MAX_ROW_BYTES bytes (``dispatch_softmax_forward``: the row in registers,
+#: one pass at about the pointwise rate: 0.82-0.89 of the bandwidth on an H100 for fp32
+#: rows of 512-1024, benchmarks/attention_finding_profile.py), and a block per row above
+#: (the row reductions' rate); the backward multiplies the gradient by the output first
+SOFTMAX: frozenset[str] = frozenset({"_softmax", "_log_softmax", "_softmax_backward_data",
+                                     "_log_softmax_backward_data"})
+WARP_SOFTMAX_MAX_ROW = 1024
+WARP_SOFTMAX_MAX_ROW_BYTES = 4096
+
+
+def warp_softmax(name: str, row: int, element_bytes: int) -> bool:
+    """A softmax op (``name``) whose rows of ``row`` elements of ``element_bytes`` run
+    PyTorch's warp-per-row kernel."""
+    return name in SOFTMAX and 0 < row <= WARP_SOFTMAX_MAX_ROW and row * element_bytes <= WARP_SOFTMAX_MAX_ROW_BYTES
+
+
 #: the fused SSM scans shapelint's stand-ins record (``shapelint.load.ssm_kernels``):
 #: mamba_ssm's selective scan walks each channel's tokens with a block scan and an exp2
 #: per state element, so it is priced as a row reduction by its bytes (not measured:

@@ -4,8 +4,8 @@ Per GEMM (all numbers from the profile):
 
     compute = flops / (peak(dtype) · alignment · tile · wave)
     memory  = min_bytes / (bandwidth · memory_efficiency · misaligned_memory_efficiency)
-              (a batched GEMM: batched_memory_efficiency, and with a misaligned K the
-              input table's fraction)
+              (a batched GEMM: batched_memory_efficiency, and with a misaligned K
+              batched_misaligned_k_efficiency)
     time    = max(compute, memory, min_gemm) + copies
 
 - ``peak(dtype)``: the rate a large aligned GEMM reaches (measured or datasheet x
@@ -171,7 +171,7 @@ def _gemm_time(g: Gemm, hw: Hardware) -> GemmTime:
     memory = g.min_bytes / (hw.bandwidth * hw.batched_memory_efficiency if batched else bw)
     if align < 1 and g.role not in ATTN_ROLES:  # narrower vector loads: the memory-bound rate falls too
         if batched and (g.k * g.dtype_bytes) % hw.alignment_bytes:  # a misaligned contraction: both inputs
-            memory /= align
+            memory /= hw.batched_misaligned_k_efficiency
         else:
             memory /= hw.misalignment_efficiency(g.dtype_bytes, gemm_alignment(g, hw), memory=True)
     copies = g.copy_bytes / bw
