@@ -22,6 +22,7 @@ from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm, Op, Work
 from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, bias_grad_bytes, head_dim, math_kernel
 from shapelint.physics.conv_kernels import BATCH_NORM
+from shapelint.physics.kernels import warp_softmax
 from shapelint.price.batch_norm import batch_norm_ms
 from shapelint.price.gemm import CAUSAL_WORK, fused_dropout_ms, gemm_ms, mask_efficiency, total_ms
 
@@ -49,13 +50,19 @@ def op_ms(op: Op, hw: Hardware) -> float:
     """An eager memory-bound op (not a GEMM or attention). A batch norm runs PyTorch's
     batch-norm kernels of its activation's layout and shape (``shapelint.price.
     batch_norm``; by its bytes at one rate per layout where its shape is unknown), not a
-    row reduction's."""
+    row reduction's. A softmax forward whose rows fit one warp (``shapelint.physics.
+    kernels.warp_softmax``) streams once at the pointwise rate, as PyTorch's
+    ``softmax_warp_forward`` ran (H100: 287 µs for 804 MB, 0.84 of the bandwidth,
+    ``benchmarks/attention_finding_profile.py``); larger rows take the block kernel's
+    row-reduction rate."""
     s = hw.step
     if op.name in BATCH_NORM:
         by_shape = batch_norm_ms(op, hw)
         if by_shape is not None:
             return by_shape
         eff = s.batch_norm_channels_last_efficiency if op.channels_last else s.batch_norm_nchw_efficiency
+    elif op.kind == "reduction" and not op.backward and warp_softmax(op.name, op.row, op.element_bytes):
+        eff = s.elementwise_efficiency  # a warp per row, the row in registers: one streaming pass
     elif op.kind == "reduction":
         eff = s.reduction_efficiency
     elif op.kind in ("copy", "pointwise") and (op.strided or op.coalesced):
