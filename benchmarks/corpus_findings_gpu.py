@@ -233,8 +233,9 @@ def no_knob(key: str, gemms: list[Any]) -> str | None:
 
     if key == "offset":
         return None
-    reasons = [misalignment_without_knob(int(v), [g for g in gemms if int(v) in {g.a.ld, g.b.ld, g.out.ld}])
-               for v in key.split(",")]
+    layer_dims = {d for g in gemms if g.phase == "grad_weight" for d in (g.m, g.n)}  # the weights' sizes
+    reasons = [misalignment_without_knob(int(v), [g for g in gemms if int(v) in {g.a.ld, g.b.ld, g.out.ld}],
+                                         layer_dims) for v in key.split(",")]
     return None if any(r is None for r in reasons) else "; ".join(dict.fromkeys(r for r in reasons if r))
 
 

@@ -175,6 +175,10 @@ def test_which_misaligned_leading_dims_no_knob_aligns() -> None:
     scores = _misaligned(_Scores(), torch.randn(96, 1023, 64), torch.randn(96, 1023, 64))
     assert set(scores) == {1023} and {g.phase for g in scores[1023]} == {"forward", "grad_input"}
     assert "sequence, window or position size" in (misalignment_without_knob(1023, scores[1023]) or "")
+    assert "sequence" in (misalignment_without_knob(1023, scores[1023], {768, 3072}) or "")
+    heads = _misaligned(_Scores(), torch.randn(96, 512, 100), torch.randn(96, 512, 100))
+    assert set(heads) == {100}
+    assert misalignment_without_knob(100, heads[100], {1200, 4800}) is None  # 12 heads of 100: the head count sets it
     head = _misaligned(torch.nn.Linear(64, 1023), torch.randn(4096, 64))
     assert misalignment_without_knob(1023, head[1023]) is None  # out_features
     assert misalignment_without_knob(1023, [g for g in head[1023] if g.phase == "grad_weight"]) is None

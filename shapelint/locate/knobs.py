@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -73,7 +73,7 @@ def not_a_knob(f: Finding, gemms: dict[int, Gemm]) -> str | None:
             f"it is the data's or the architecture's, not a layer size to pad")
 
 
-def misalignment_without_knob(value: int, gemms: Sequence[Gemm]) -> str | None:
+def misalignment_without_knob(value: int, gemms: Sequence[Gemm], layer_dims: Collection[int] = ()) -> str | None:
     """Why no knob the user owns aligns the misaligned leading dimension ``value`` of
     ``gemms`` (the GEMMs it is a leading dimension of), or None where a layer size sets it
     (a rule's finding, or a miss). Two causes, both the architecture's or the data's:
@@ -87,7 +87,9 @@ def misalignment_without_knob(value: int, gemms: Sequence[Gemm]) -> str | None:
       is no weight's dimension (m or n of a ``grad_weight`` GEMM; its k is the token
       count): SpeechT5's 1023 encoder frames in its attention and relative-position
       matmuls, the data's length or a pretrained constant (:func:`not_a_knob` says the
-      same of a finding)."""
+      same of a finding). Not where ``value`` splits one of the model's ``layer_dims``
+      (its weights' sizes) into two or more equal parts: a head dimension (hidden size
+      over heads; a head dim of 100 at hidden 1200), which the head count sets."""
     if not gemms:
         return None
     if all(value not in (g.m, g.n, g.k) for g in gemms):
@@ -95,6 +97,8 @@ def misalignment_without_knob(value: int, gemms: Sequence[Gemm]) -> str | None:
                 f"out), none of the GEMMs' sizes: no layer size or setting aligns it")
     if any(g.param(value) or (g.phase == "grad_weight" and value in (g.m, g.n)) for g in gemms):
         return None  # a weight's dimension (a gradient's k is the token count: not one)
+    if any(dim > value and dim % value == 0 for dim in layer_dims):
+        return None  # a head dimension: the hidden size over the head count
     return (f"{value} is a sequence, window or position size of GEMMs between activations (no weight): "
             f"the data's length or the architecture's, not a layer size to pad")
 
