@@ -89,8 +89,8 @@ def test_collective_times_interpolate_the_measured_table_in_log_space() -> None:
     c = hardware.resolve("h100").collectives
     assert c is not None
     table = c.table("all_reduce")
-    for nbytes, us in table:
-        assert c.us("all_reduce", nbytes, 2) == pytest.approx(us)
+    for nbytes, us in table:  # each measured size at its time, or a smaller size's where that was slower
+        assert c.us("all_reduce", nbytes, 2) == pytest.approx(max(t for b, t in table if b <= nbytes))
     (b1, t1), (b2, t2) = table[-2], table[-1]
     mid = (b1 * b2) ** 0.5
     assert interpolate(table, mid) == pytest.approx((t1 * t2) ** 0.5)

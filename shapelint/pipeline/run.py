@@ -93,14 +93,14 @@ def resolve_target(opts: Options, loaded: Loaded, hw: Hardware | None) -> Resolv
         given = getattr(opts, name)
         return given if given is not None else loaded.settings.get(name, default(name.replace("_", "-")))
 
-    param_dtype = str(pick("fsdp_param_dtype"))
-    layout = Layout(dp=int(pick("dp")), fsdp=int(pick("fsdp")), tp=int(pick("tp")), sp=bool(pick("sp")),
+    fsdp = int(pick("fsdp"))
+    # FSDP2's mixed-precision policy is FSDP's: without it (a project-wide setting, a run at --fsdp 1) it does nothing
+    param_dtype = str(pick("fsdp_param_dtype")) if fsdp > 1 else "fp32"
+    layout = Layout(dp=int(pick("dp")), fsdp=fsdp, tp=int(pick("tp")), sp=bool(pick("sp")),
                     gpus_per_node=int(pick("gpus_per_node")), fsdp_param_dtype=param_dtype,
-                    fsdp_reduce_dtype=str(pick("fsdp_reduce_dtype") or param_dtype))
+                    fsdp_reduce_dtype=str(pick("fsdp_reduce_dtype") or param_dtype) if fsdp > 1 else "fp32")
     if layout.sp and layout.tp == 1:
         raise ShapelintError("--sp (sequence parallelism) needs --tp above 1")
-    if layout.fsdp == 1 and (layout.fsdp_param_dtype, layout.fsdp_reduce_dtype) != ("fp32", "fp32"):
-        raise ShapelintError("--fsdp-param-dtype / --fsdp-reduce-dtype (FSDP2's mixed precision) need --fsdp above 1")
     return Resolved(
         precision=precision,
         hardware=hw,

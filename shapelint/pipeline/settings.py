@@ -97,10 +97,12 @@ SETTINGS: tuple[Setting, ...] = (
                           "(default: off)", False),
     Setting("gpus-per-node", "positive", "GPUs per machine (NVLink within one, the network between them; "
                                          f"default {GPUS_PER_NODE})", GPUS_PER_NODE),
-    Setting("fsdp-param-dtype", "fsdp-dtype", "with --fsdp: the dtype FSDP2 all-gathers the parameters in and "
-                                              "computes with (MixedPrecisionPolicy(param_dtype=...)); default fp32, "
+    Setting("fsdp-param-dtype", "fsdp-dtype", "with --fsdp above 1 (ignored without): the dtype FSDP2 all-gathers "
+                                              "the parameters in (MixedPrecisionPolicy(param_dtype=...)), priced on "
+                                              "the collectives; the GEMMs keep --dtype's precision; default fp32, "
                                               "no policy", "fp32"),
-    Setting("fsdp-reduce-dtype", "fsdp-dtype", "with --fsdp: the dtype FSDP2 reduce-scatters the gradients in "
+    Setting("fsdp-reduce-dtype", "fsdp-dtype", "with --fsdp above 1 (ignored without): the dtype FSDP2 reduce-scatters "
+                                               "the gradients in "
                                                "(MixedPrecisionPolicy(reduce_dtype=...)); default: "
                                                "--fsdp-param-dtype's, as FSDP2's"),
     Setting("format", "format", "report format: text, json, sarif (GitHub code scanning), github (workflow "
