@@ -90,7 +90,7 @@ MODELS = {
     # the second held-out set (added 2026-11-26 after the first was used to refit)
     "pythia_160m": ("neox", 8, 1024),
     "tinyllama_1_1b": ("llama", 4, 1024),
-    "qwen3_0_6b": ("qwen2", 8, 1024),
+    "qwen3_0_6b": ("qwen2", 8, 1024),  # family: Qwen2's layer names (the TP plan, FSDP's blocks)
 }
 SMOKE_SHAPE = (2, 32)
 HELDOUT_DIR = Path(__file__).resolve().parent / "heldout_models"
@@ -138,11 +138,15 @@ def make_config(name: str, smoke: bool):
 
 
 def build_model(name: str, device: torch.device, smoke: bool) -> nn.Module:
+    """The model ``name``: a held-out config's own architecture (``architectures[0]``:
+    the class shapelint lints it as; Qwen3's config had been built as Qwen2ForCausalLM,
+    q/k/v biases and no q/k norms, until 2026-11-26), else the family's class."""
     import transformers
-    cls = getattr(transformers, {"gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM", "llama": "LlamaForCausalLM",
-                                 "qwen2": "Qwen2ForCausalLM", "neox": "GPTNeoXForCausalLM",
-                                 "bert": "BertForMaskedLM"}[MODELS[name][0]])
     cfg = make_config(name, smoke)
+    own = (getattr(cfg, "architectures", None) or [None])[0]
+    cls = getattr(transformers, own or {"gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM", "llama": "LlamaForCausalLM",
+                                        "qwen2": "Qwen2ForCausalLM", "neox": "GPTNeoXForCausalLM",
+                                        "bert": "BertForMaskedLM"}[MODELS[name][0]])
     torch.manual_seed(0)
     with torch.device(device):
         model = cls(cfg)
