@@ -19,9 +19,10 @@ from __future__ import annotations
 from shapelint.hardware import Hardware
 from shapelint.model.step_ops import Op
 from shapelint.physics.batch_norm import BnKernel, Family, batch_norm_kernels
+from shapelint.physics.conv_kernels import BATCH_NORM
 
 #: the aten ops of a batch norm's backward (the rest of ``BATCH_NORM`` are forwards)
-BACKWARD_OPS = frozenset({"native_batch_norm_backward", "cudnn_batch_norm_backward", "batch_norm_backward"})
+BACKWARD_OPS = frozenset(name for name in BATCH_NORM if name.endswith("_backward"))  # the rest are forwards
 
 
 def rates(family: Family, hw: Hardware) -> tuple[float, float]:
