@@ -50,9 +50,10 @@ def op_ms(op: Op, hw: Hardware) -> float:
     """An eager memory-bound op (not a GEMM or attention). A batch norm runs PyTorch's
     batch-norm kernels of its activation's layout and shape (``shapelint.price.
     batch_norm``; by its bytes at one rate per layout where its shape is unknown), not a
-    row reduction's. A softmax forward whose rows fit one warp (``shapelint.physics.
-    kernels.warp_softmax``) streams once at the pointwise rate, as PyTorch's
-    ``softmax_warp_forward`` ran (H100: 287 µs for 804 MB, 0.84 of the bandwidth,
+    row reduction's. A softmax, forward or backward, whose rows fit one warp
+    (``shapelint.physics.kernels.warp_softmax``) streams once at the pointwise rate, as
+    PyTorch's ``softmax_warp_forward`` and ``softmax_warp_backward`` ran (H100: 287 µs
+    for 804 MB and 397 µs for 1208 MB, 0.84 and 0.91 of the bandwidth,
     ``benchmarks/attention_finding_profile.py``); larger rows take the block kernel's
     row-reduction rate."""
     s = hw.step
@@ -61,7 +62,7 @@ def op_ms(op: Op, hw: Hardware) -> float:
         if by_shape is not None:
             return by_shape
         eff = s.batch_norm_channels_last_efficiency if op.channels_last else s.batch_norm_nchw_efficiency
-    elif op.kind == "reduction" and not op.backward and warp_softmax(op.name, op.row, op.element_bytes):
+    elif op.kind == "reduction" and warp_softmax(op.name, op.row, op.element_bytes):
         eff = s.elementwise_efficiency  # a warp per row, the row in registers: one streaming pass
     elif op.kind == "reduction":
         eff = s.reduction_efficiency
