@@ -252,3 +252,34 @@ def test_verify_replays_the_recorded_chain() -> None:
     unfused, fused = block
     dq, dk, dv = unfused()
     assert dq.shape == (1, 2, 512, 64) and fused()[0].shape == dq.shape
+
+
+class InlineSoftmaxAttention(nn.Module):
+    """CodeGen's attention (transformers 5.17): fp32 scores, a causal ``where``, and an
+    ``nn.Softmax`` built inside ``forward``, which the capture names ``Softmax``, not a
+    child of this module."""
+
+    def __init__(self, heads: int = 4, dim: int = 256) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2) for y in self.qkv(x).split(c, -1))
+        scores = q.float() @ k.float().transpose(-2, -1)
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        scores = torch.where(causal, scores, torch.finfo(scores.dtype).min) / (c // self.heads) ** 0.5
+        probs = nn.Softmax(dim=-1)(scores).to(v.dtype)
+        return (probs @ v).transpose(1, 2).reshape(b, t, c)
+
+
+def test_verify_replays_a_softmax_the_module_builds_inside_forward() -> None:
+    """The replay follows the scores' data from the module's first op: the inline
+    ``nn.Softmax`` (owner ``Softmax``) and the cast after it stay in the chain (it had
+    been cut to ``where, div``, so --verify timed CodeGen's chain without its softmax)."""
+    _, (f,) = chained(lambda: (nn.Sequential(InlineSoftmaxAttention()), torch.randn(2, 512, 256)))
+    owners = {op.name: op.owner for op in f.fuses if not op.backward}
+    assert owners["_softmax"] != f.module and not owners["_softmax"].startswith(f.module.replace("*", "0"))
+    names = [name for name, _ in chain_of(f.fuses, f.module.replace("*", "0")).steps]
+    assert "_softmax" in names and names.index("_softmax") < len(names) - 1, names

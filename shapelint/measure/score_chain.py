@@ -51,10 +51,14 @@ def chain_of(fuses: Sequence[Op], module: str) -> Chain:
 
 
 def _forward_in(fuses: Sequence[Op], module: str) -> list[Op]:
-    """The forward ops of ``module`` (and its children) among ``fuses``; all forward ops
-    where none is owned there."""
+    """The forward ops among ``fuses`` from the first that ``module`` (or a child) owns
+    on (all of them where none is owned there): :func:`chain_of` follows the scores'
+    data from there, so an op the chain runs under another owner stays in it, as an
+    ``nn.Softmax`` built inside ``forward`` (CodeGen's: the capture names it ``Softmax``,
+    and the replay had dropped the softmax and everything after it)."""
     forward = [op for op in fuses if not op.backward]
-    return [op for op in forward if op.owner == module or op.owner.startswith(module + ".")] or forward
+    owned = (i for i, op in enumerate(forward) if op.owner == module or op.owner.startswith(module + "."))
+    return forward[next(owned, 0):]
 
 
 def finding_chain(f: Finding, dtype_bytes: int) -> Chain:
