@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="the first this many sweep shapes (0: all)")
     ap.add_argument("--heldout", action="store_true", help="the sweep over held-out shapes (a check of the law)")
     ap.add_argument("--batch", type=int, default=None, help="every step model at this batch (default: its own)")
-    ap.add_argument("--out", default=".", help="directory for the JSON files")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="directory for the JSON files")
     args = ap.parse_args(argv)
     if not args.sweep and not args.steps:
         args.sweep = args.steps = True

@@ -213,7 +213,7 @@ def main() -> int:
                         "BERT-large shapes) or 2 (Pythia-160m, TinyLlama-1.1B, Qwen3-0.6B)")
     p.add_argument("--gpu", default="h100")
     p.add_argument("--gpu-profile", metavar="FILE", help="price on this profile file (shapelint calibrate's) instead")
-    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args, rest = p.parse_known_args()
     use_this_checkout()
     pairs = heldout_pairs(args.heldout) if args.heldout else PAIRS
@@ -239,6 +239,7 @@ def main() -> int:
           f" (priced on {args.gpu_profile or args.gpu})")
     name = f"multi_gpu_estimate_heldout{'' if args.heldout == '1' else args.heldout}.json" if args.heldout \
         else "multi_gpu_estimate.json"
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, name).write_text(json.dumps({"profile": args.gpu_profile or args.gpu, "rows": rows, "sl601": shard},
                                                indent=1))
     return 0

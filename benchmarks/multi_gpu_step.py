@@ -692,7 +692,7 @@ def main() -> int:
     ap.add_argument("--skip", default="", help="comma list of: steps,collectives,contention,dtensor")
     ap.add_argument("--quick", action="store_true", help="rounds 3, steps 5, warmup 2")
     ap.add_argument("--smoke", action="store_true", help="tiny models, CPU/gloo allowed")
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--out", default=os.environ.get("OUT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")))
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.steps, args.warmup = 3, 5, 2
