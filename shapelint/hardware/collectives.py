@@ -112,9 +112,11 @@ def bus_bandwidth_gbps(op: str, nbytes: float, us: float, world: int) -> float:
 
 def interpolate(table: tuple[tuple[int, float], ...], nbytes: float) -> float:
     """µs of ``nbytes`` from a ``(bytes, µs)`` table, log-log (module docstring), over the
-    table's running maximum: a measured size can come out faster than a smaller one (the
-    shipped H100 all-gather: 102.0 µs at 16 MiB, 95.7 at 32 MiB), but more bytes never
-    finish sooner, so halving a collective's bytes never prices it slower."""
+    table's lower envelope from above: a measured size can come out faster than a smaller
+    one (the shipped H100 all-gather: 102.0 µs at 16 MiB, 95.7 at 32 MiB), but fewer bytes
+    never take longer (they could be sent as the larger message), so each size takes the
+    fastest time of any size at or above it, and halving a collective's bytes never prices
+    it slower. (A running maximum would let one slow small size price every larger one.)"""
     table = _non_decreasing(table)
     (b0, t0), (bn, tn) = table[0], table[-1]
     if nbytes <= b0:
@@ -129,11 +131,11 @@ def interpolate(table: tuple[tuple[int, float], ...], nbytes: float) -> float:
 
 
 def _non_decreasing(table: tuple[tuple[int, float], ...]) -> tuple[tuple[int, float], ...]:
-    out, slowest = [], 0.0
-    for nbytes, us in table:
-        slowest = max(slowest, us)
-        out.append((nbytes, slowest))
-    return tuple(out)
+    out, fastest = [], math.inf
+    for nbytes, us in reversed(table):
+        fastest = min(fastest, us)
+        out.append((nbytes, fastest))
+    return tuple(reversed(out))
 
 
 def host_costs_at(shipped: Mapping[str, float], speed: float) -> dict[str, float]:
