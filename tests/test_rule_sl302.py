@@ -240,7 +240,7 @@ def test_dropout_is_priced_once_in_each_direction_of_the_fused_kernel() -> None:
 
 def test_verify_replays_the_recorded_chain() -> None:
     cap, (f,) = chained(manual(dim=128, heads=2, batch=1, seq=512))
-    chain = chain_of(f.fuses, f.module)
+    chain = chain_of(f.fuses)
     assert chain.steps == (("mul", 2), ("masked_fill", 2), ("_to_copy", 4), ("_softmax", 4), ("_to_copy", 2))
     assert chain.masked and not chain.dropout
     scores = torch.randn(2, 512, 512, dtype=torch.bfloat16)
@@ -259,18 +259,22 @@ class InlineSoftmaxAttention(nn.Module):
     ``nn.Softmax`` built inside ``forward``, which the capture names ``Softmax``, not a
     child of this module."""
 
-    def __init__(self, heads: int = 4, dim: int = 256) -> None:
+    def __init__(self, heads: int = 4, dim: int = 256, scale_first: bool = False) -> None:
         super().__init__()
         self.qkv = nn.Linear(dim, 3 * dim)
-        self.heads = heads
+        self.heads, self.scale_first = heads, scale_first
+        self.drop = nn.Dropout(0.1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
         q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2) for y in self.qkv(x).split(c, -1))
-        scores = q.float() @ k.float().transpose(-2, -1)
-        causal = torch.ones(t, t, dtype=torch.bool).tril()
-        scores = torch.where(causal, scores, torch.finfo(scores.dtype).min) / (c // self.heads) ** 0.5
-        probs = nn.Softmax(dim=-1)(scores).to(v.dtype)
+        if self.scale_first:  # the softmax's ops come first in the chain, the module's own dropout after
+            scores = (q * (c // self.heads) ** -0.5) @ k.transpose(-2, -1)
+        else:
+            scores = q.float() @ k.float().transpose(-2, -1)
+            causal = torch.ones(t, t, dtype=torch.bool).tril()
+            scores = torch.where(causal, scores, torch.finfo(scores.dtype).min) / (c // self.heads) ** 0.5
+        probs = self.drop(nn.Softmax(dim=-1)(scores.float()).to(v.dtype))
         return (probs @ v).transpose(1, 2).reshape(b, t, c)
 
 
@@ -281,5 +285,8 @@ def test_verify_replays_a_softmax_the_module_builds_inside_forward() -> None:
     _, (f,) = chained(lambda: (nn.Sequential(InlineSoftmaxAttention()), torch.randn(2, 512, 256)))
     owners = {op.name: op.owner for op in f.fuses if not op.backward}
     assert owners["_softmax"] != f.module and not owners["_softmax"].startswith(f.module.replace("*", "0"))
-    names = [name for name, _ in chain_of(f.fuses, f.module.replace("*", "0")).steps]
+    names = [name for name, _ in chain_of(f.fuses).steps]
     assert "_softmax" in names and names.index("_softmax") < len(names) - 1, names
+    _, (g,) = chained(lambda: (nn.Sequential(InlineSoftmaxAttention(scale_first=True)), torch.randn(2, 512, 256)))
+    names = [name for name, _ in chain_of(g.fuses).steps]
+    assert names[:2] == ["_to_copy", "_softmax"] and "native_dropout" in names, names

@@ -36,13 +36,18 @@ class Chain:
         return any(name in DROPOUT_OPS for name, _ in self.steps)
 
 
-def chain_of(fuses: Sequence[Op], module: str) -> Chain:
-    """The forward chain of the first attention in ``module`` (a grouped finding holds
-    every layer's; one layer is what --verify times): the ops on the scores' path, in
-    order, up to where the next attention's chain starts."""
+def chain_of(fuses: Sequence[Op]) -> Chain:
+    """The forward chain of the first attention among ``fuses`` (the score chains of a
+    finding's attentions, in the order they ran; a grouped finding holds every layer's,
+    one layer is what --verify times): the ops on the scores' path, in order, up to where
+    the next attention's chain starts. Whoever owns them: an op the chain runs under
+    another owner stays in it, as an ``nn.Softmax`` built inside ``forward`` (CodeGen's:
+    the capture names it ``Softmax``; filtered by the attention's owner, the replay had
+    dropped the softmax, and all before the attention's first own op where the scores
+    were scaled first)."""
     path: set[int] = set()
     steps: list[tuple[str, int]] = []
-    for op in _forward_in(fuses, module):
+    for op in (op for op in fuses if not op.backward):
         if steps and not any(s in path for s, _ in op.reads):
             break
         steps.append((op.name, _out_bytes(op)))
@@ -50,22 +55,11 @@ def chain_of(fuses: Sequence[Op], module: str) -> Chain:
     return Chain(tuple(steps))
 
 
-def _forward_in(fuses: Sequence[Op], module: str) -> list[Op]:
-    """The forward ops among ``fuses`` from the first that ``module`` (or a child) owns
-    on (all of them where none is owned there): :func:`chain_of` follows the scores'
-    data from there, so an op the chain runs under another owner stays in it, as an
-    ``nn.Softmax`` built inside ``forward`` (CodeGen's: the capture names it ``Softmax``,
-    and the replay had dropped the softmax and everything after it)."""
-    forward = [op for op in fuses if not op.backward]
-    owned = (i for i, op in enumerate(forward) if op.owner == module or op.owner.startswith(module + "."))
-    return forward[next(owned, 0):]
-
-
 def finding_chain(f: Finding, dtype_bytes: int) -> Chain:
     """The chain ``--verify`` replays for a finding: the recorded one, or (a finding
     priced without an op stream) scaling and a softmax in the compute dtype."""
     if f.fuses:
-        return chain_of(f.fuses, f.modules[0] if f.modules else f.module)
+        return chain_of(f.fuses)
     return Chain((("mul", dtype_bytes), ("_softmax", dtype_bytes)))
 
 
