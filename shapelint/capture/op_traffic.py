@@ -4,6 +4,7 @@ elements its kernel iterates over, and the bytes each tensor really covers. The 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -51,12 +52,18 @@ _NOCAST_COPIES = {(torch.float32, torch.bfloat16), (torch.float32, torch.float16
 
 
 def softmax_row(name: str, args: Sequence[Any]) -> int:
-    """The row a softmax normalises (the length of its ``dim``), forward or backward; 0
-    for any other op (``shapelint.physics.kernels.SOFTMAX``)."""
+    """The row a softmax normalises (the length of its ``dim``), forward or backward,
+    where the rows are contiguous (every dimension after ``dim`` of size 1: PyTorch's warp
+    and block kernels, ``SoftMax.cu``'s ``inner_size == 1``); 0 for a softmax over an outer
+    dimension (its spatial kernel: a segmentation loss over [N, C, H, W] logits) and for
+    any other op (``shapelint.physics.kernels.SOFTMAX``)."""
     if name not in SOFTMAX or not args or not isinstance(args[0], torch.Tensor):
         return 0
     x, dim = args[0], args[2 if name.endswith("_backward_data") else 1] if len(args) > 1 else -1
-    return int(x.shape[dim]) if isinstance(dim, int) and x.dim() else 0
+    if not isinstance(dim, int) or not x.dim():
+        return 0
+    inner = math.prod(int(n) for n in x.shape[dim % x.dim() + 1:])
+    return int(x.shape[dim]) if inner == 1 else 0
 
 
 def casts(ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
