@@ -89,7 +89,10 @@ def misalignment_without_knob(value: int, gemms: Sequence[Gemm], layer_dims: Col
       matmuls, the data's length or a pretrained constant (:func:`not_a_knob` says the
       same of a finding). Not where ``value`` splits one of the model's ``layer_dims``
       (its weights' sizes) into two or more equal parts: a head dimension (hidden size
-      over heads; a head dim of 100 at hidden 1200), which the head count sets."""
+      over heads; a head dim of 100 at hidden 1200), which the head count sets. A
+      sequence that happens to divide a weight's size (100 tokens at hidden 1200) counts
+      as a knob too: the records cannot tell the two apart, and the recall benchmark then
+      counts it against recall, never for it."""
     if not gemms:
         return None
     if all(value not in (g.m, g.n, g.k) for g in gemms):
