@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from shapelint.measure.collectives import MAX_LOG2, MIN_LOG2, Sweep, sizes, sweep
+from shapelint.measure.parallel_wrap import init_process_group, rank_zero_log
 from shapelint.measure.timer import REPS, WARMUP, cuda_timer, wall_timer
 
 
@@ -31,24 +32,16 @@ def worker(argv: list[str] | None = None) -> int:
     p.add_argument("--max-log2", type=int, default=MAX_LOG2)
     p.add_argument("--reps", type=int, default=REPS)
     args = p.parse_args(argv)
-    if args.device == "cuda":
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        device = f"cuda:{local}"
-        dist.init_process_group("nccl", device_id=torch.device(device))
-        # a collective's operands are what it moves: no L2 flush between calls
-        timer = cuda_timer(args.reps, WARMUP, flush_l2=False)
-    else:
-        device = "cpu"
-        dist.init_process_group("gloo")
-        timer = wall_timer(args.reps, min(WARMUP, args.reps))
+    device = init_process_group(args.device)
+    cuda = device.startswith("cuda")
+    # a collective's operands are what it moves: no L2 flush between calls
+    timer = cuda_timer(args.reps, WARMUP, flush_l2=False) if cuda else wall_timer(args.reps, min(WARMUP, args.reps))
     rank = dist.get_rank()
-    log = (lambda msg: print(f"shapelint calibrate: {msg}", file=sys.stderr, flush=True)) if rank == 0 else None
     try:
-        samples = sweep(device, timer, sizes(args.min_log2, args.max_log2), log=log or (lambda _msg: None))
+        samples = sweep(device, timer, sizes(args.min_log2, args.max_log2), log=rank_zero_log("shapelint calibrate"))
         if rank == 0:
-            gpu = torch.cuda.get_device_name(device) if args.device == "cuda" else "CPU (gloo)"
-            nccl = ".".join(map(str, torch.cuda.nccl.version())) if args.device == "cuda" else "none (gloo)"
+            gpu = torch.cuda.get_device_name(device) if cuda else "CPU (gloo)"
+            nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else "none (gloo)"
             found = Sweep(tuple(samples), dist.get_world_size(), gpu, str(torch.__version__), nccl,
                           datetime.date.today().isoformat(), args.reps)
             Path(args.out).write_text(json.dumps(found.to_json()))

@@ -178,7 +178,7 @@ def probe(device: str, world: int, rounds: int = ROUNDS, steps: int = STEPS,
 def worker(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
-    from shapelint.measure.parallel_wrap import init_process_group
+    from shapelint.measure.parallel_wrap import init_process_group, rank_zero_log
 
     p = argparse.ArgumentParser(prog="shapelint.measure.parallel_host_worker")
     p.add_argument("out")
@@ -186,13 +186,10 @@ def worker(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=ROUNDS)
     p.add_argument("--steps", type=int, default=STEPS)
     args = p.parse_args(argv)
-    if args.device == "cpu":
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    device = init_process_group()
+    device = init_process_group(args.device)
     rank, world = dist.get_rank(), dist.get_world_size()
-    log = (lambda msg: print(f"shapelint calibrate: {msg}", file=sys.stderr, flush=True)) if rank == 0 else None
     try:
-        found = probe(device, world, args.rounds, args.steps, log or (lambda _msg: None))
+        found = probe(device, world, args.rounds, args.steps, rank_zero_log("shapelint calibrate"))
         if rank == 0:
             gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU (gloo)"
             Path(args.out).write_text(json.dumps({

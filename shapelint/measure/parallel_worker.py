@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from shapelint.measure.parallel_change import describe, layout_change
-from shapelint.measure.parallel_wrap import Wrap, init_process_group, layout_wrap
+from shapelint.measure.parallel_wrap import Wrap, init_process_group, layout_wrap, rank_zero_log
 from shapelint.measure.step import RunOptions, verify_result
 from shapelint.measure.step_blocks import Schedule
 from shapelint.model import serial
@@ -38,12 +38,11 @@ def worker(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     r = result_from_data(json.loads(Path(args.result).read_text()))
     assert r.parallel is not None
-    device = init_process_group() if args.device == "cuda" else _gloo()
+    device = init_process_group(args.device)
     rank = dist.get_rank()
     try:
         plan = r.parallel
-        note = (lambda msg: print(f"shapelint: --verify --step: {msg}", file=sys.stderr)) if rank == 0 \
-            else (lambda _msg: None)
+        note = rank_zero_log("shapelint: --verify --step")
 
         def wrap_for(findings: Sequence[Finding]) -> Wrap:
             change = layout_change(findings)
@@ -60,13 +59,6 @@ def worker(argv: list[str] | None = None) -> int:
     finally:
         dist.destroy_process_group()
     return 0
-
-
-def _gloo() -> str:
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    return "cpu"
 
 
 if __name__ == "__main__":

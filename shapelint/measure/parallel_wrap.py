@@ -27,6 +27,7 @@ One engine at a time: a layout of two (``--fsdp 4 --tp 2``) is refused.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -40,12 +41,13 @@ from shapelint.model.parallel import ParallelChange, ParallelPlan, fsdp_block_gr
 Wrap = Callable[[torch.nn.Module], torch.nn.Module]
 
 
-def init_process_group() -> str:
-    """Join torchrun's process group (NCCL on CUDA, gloo on the CPU); this rank's device."""
+def init_process_group(want: str = "cuda") -> str:
+    """Join torchrun's process group: NCCL on this rank's GPU where ``want`` is "cuda"
+    and one is there, gloo on the CPU otherwise; this rank's device."""
     import torch.distributed as dist
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
+    if want == "cuda" and torch.cuda.is_available():
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
         dist.init_process_group("nccl", device_id=torch.device(device))
@@ -53,6 +55,16 @@ def init_process_group() -> str:
         device = "cpu"
         dist.init_process_group("gloo")
     return device
+
+
+def rank_zero_log(prefix: str) -> Callable[[str], None]:
+    """A worker's progress lines: on stderr from rank 0, each after ``prefix``; nothing
+    from the other ranks."""
+    import torch.distributed as dist
+
+    if dist.get_rank() != 0:
+        return lambda _msg: None
+    return lambda msg: print(f"{prefix}: {msg}", file=sys.stderr, flush=True)
 
 
 def layout_wrap(plan: ParallelPlan, device: str, change: ParallelChange | None = None) -> Wrap:
@@ -159,4 +171,4 @@ def _dtensor_plan(styles: dict[str, str]) -> dict[str, Any]:
     return plan
 
 
-__all__ = ["Wrap", "ddp", "fsdp", "init_process_group", "layout_wrap", "tensor_parallel"]
+__all__ = ["Wrap", "ddp", "fsdp", "init_process_group", "layout_wrap", "rank_zero_log", "tensor_parallel"]
