@@ -276,7 +276,7 @@ def rescale(path: Path) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=".")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     p.add_argument("--rescale", metavar="FILE", help="rewrite a calibrated profile's host_us from the shipped ones")
     p.add_argument("--cache", metavar="FILE", help="keep the lints' counts in FILE and reuse them")
     p.add_argument("--exclude", metavar="TEXT", help="fit without the runs whose name holds TEXT (still printed): "

@@ -65,7 +65,7 @@ def main() -> int:
     p.add_argument("--measure", action="store_true", help="measure now (under torchrun, 2 GPUs)")
     p.add_argument("--gpu", default="h100")
     p.add_argument("--gpu-profile", metavar="FILE", help="price on this profile file instead")
-    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args, rest = p.parse_known_args()
     import multi_gpu_estimate as estimate
 

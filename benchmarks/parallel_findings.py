@@ -158,7 +158,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--smoke", action="store_true", help="tiny models (CPU/gloo)")
-    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args = p.parse_args()
     args.batch = args.seq = 0
     from multi_gpu_estimate import steps_of, use_this_checkout
