@@ -98,7 +98,7 @@ def sweep(device: str, timer: KernelTimer, nbytes: Sequence[int], ops: Sequence[
             call = _call(op, whole, shard)
             dist.barrier()
             timing = Timing(tuple(timer(call)))
-            us, spread = (_slowest(x, device) for x in (timing.median * 1e3, timing.spread))
+            us, spread = (slowest(x, device) for x in (timing.median * 1e3, timing.spread))
             sample = Sample(op, n * ELEMENT_BYTES, round(us, 2), round(spread, 3), world)
             out.append(sample)
             log(f"{op:14} {sample.nbytes:>11} B {sample.us:10.1f} µs  busbw {sample.busbw_gbps:7.1f} GB/s")
@@ -118,8 +118,9 @@ def _call(op: str, whole: Any, shard: Any) -> Callable[[], object]:
     raise ValueError(f"unknown collective {op!r}")
 
 
-def _slowest(value: float, device: str) -> float:
-    """The largest of every rank's ``value``."""
+def slowest(value: float, device: str) -> float:
+    """The largest of every rank's ``value`` (a step or a collective ends when its last
+    rank does)."""
     import torch
     import torch.distributed as dist
 
@@ -262,4 +263,4 @@ def describe(sweep: Sweep) -> str:
 
 
 __all__ = ["DTYPE", "MAX_LOG2", "MIN_LOG2", "TIMEOUT_S", "Sample", "Sweep", "base_collectives",
-           "collectives_on_this_machine", "describe", "measure", "section", "sizes", "sweep"]
+           "collectives_on_this_machine", "describe", "measure", "section", "sizes", "slowest", "sweep"]

@@ -34,6 +34,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from shapelint.measure.collectives import slowest
+from shapelint.measure.timer import synchronize
+
 #: blocks, width and tokens (batch 1) of the probe: many tensors and layers, negligible GPU work
 LAYERS, WIDTH, TOKENS = 24, 64, 256
 #: the layouts timed: the one-GPU step each rank runs alone, then one engine each
@@ -127,22 +130,12 @@ def trainer(layout: str, bias: bool, device: str, world: int) -> Callable[[], No
 def steps_ms(step: Callable[[], None], n: int, device: str) -> float:
     """ms per step of ``n`` steps issued back to back (one synchronisation at the end,
     as a training loop runs them): on a host-bound step, the host's time per step."""
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-    sync()
+    synchronize(device)
     start = time.perf_counter()
     for _ in range(n):
         step()
-    sync()
+    synchronize(device)
     return (time.perf_counter() - start) * 1e3 / n
-
-
-def slowest(value: float, device: str) -> float:
-    """The largest of every rank's ``value`` (a step ends when its last rank does)."""
-    import torch.distributed as dist
-
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
 
 
 def probe(device: str, world: int, rounds: int = ROUNDS, steps: int = STEPS,
