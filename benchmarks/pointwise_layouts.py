@@ -131,21 +131,13 @@ def path_of(kernels: list[str]) -> str:
 
 
 def time_ms(fn: Callable[[], Any], reps: int, rounds: int) -> float:
-    """Median per-call time over ``rounds`` blocks of ``reps`` calls (CUDA events)."""
-    import torch
+    """Median per-call time over ``rounds`` blocks of ``reps`` calls queued back to back
+    between CUDA events (``shapelint.measure.timer.queued_ms``), after 3 warm-up calls."""
+    from shapelint.measure.timer import queued_ms
 
     for _ in range(3):
         fn()
-    times = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    return statistics.median(times)
+    return statistics.median(queued_ms(fn, reps) for _ in range(rounds))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
