@@ -25,7 +25,6 @@ profile, and the section's ``source`` says which numbers are whose.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -44,7 +43,7 @@ from shapelint.hardware.collectives import (
     host_costs_by_engine,
 )
 from shapelint.measure.timer import KernelTimer, Timing
-from shapelint.measure.torchrun import run_ranks, torchrun_command
+from shapelint.measure.torchrun import ranks_json
 
 #: the table's grid: 64 KiB to 1 GiB by powers of two (below, the latency floor holds;
 #: above, time grows with the bytes)
@@ -162,12 +161,10 @@ def measure(world: int, device: str = "cuda", min_log2: int = MIN_LOG2, max_log2
         args = [str(got), "--device", device, "--min-log2", str(min_log2), "--max-log2", str(max_log2)]
         if reps is not None:
             args += ["--reps", str(reps)]
-        cmd = torchrun_command(world, "shapelint.measure.collectives_worker", *args)
-        code = run_ranks(cmd, timeout_s, f"calibrate: collectives on {world} ranks")
-        if code != 0 or not got.exists():
-            raise ShapelintError(f"calibrate: measuring collectives on {world} ranks failed (exit {code}; its output "
-                                 "is above); --no-collectives skips them")
-        return Sweep.from_json(json.loads(got.read_text()))
+        return Sweep.from_json(ranks_json(world, "shapelint.measure.collectives_worker", args, got, timeout_s,
+                                          f"calibrate: collectives on {world} ranks",
+                                          f"calibrate: measuring collectives on {world} ranks failed",
+                                          "; --no-collectives skips them"))
 
 
 def collectives_on_this_machine(world_size: int | None, only: bool, log: Callable[[str], None]) -> Sweep | None:

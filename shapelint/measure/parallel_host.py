@@ -28,7 +28,6 @@ the profile; the probe only measures.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from typing import Any
 from shapelint.errors import ShapelintError
 from shapelint.hardware import Hardware
 from shapelint.hardware.collectives import ENGINE_HOST_KEYS
-from shapelint.measure.torchrun import run_ranks, torchrun_command
+from shapelint.measure.torchrun import ranks_json
 
 #: seconds the ranks may take (NCCL start, 2 variants x 4 layouts x ~60 host-bound steps)
 TIMEOUT_S = 300
@@ -68,12 +67,10 @@ def measure(world: int, device: str = "cuda", rounds: int | None = None, steps: 
         args = [str(got), "--device", device]
         args += ["--rounds", str(rounds)] if rounds is not None else []
         args += ["--steps", str(steps)] if steps is not None else []
-        cmd = torchrun_command(world, "shapelint.measure.parallel_host_worker", *args)
-        code = run_ranks(cmd, timeout_s, f"calibrate: parallel host probe on {world} ranks")
-        if code != 0 or not got.exists():
-            raise ShapelintError(f"calibrate: the parallel host probe on {world} ranks failed (exit {code}; its "
-                                 "output is above); --no-collectives skips it")
-        return dict(json.loads(got.read_text()))
+        return dict(ranks_json(world, "shapelint.measure.parallel_host_worker", args, got, timeout_s,
+                               f"calibrate: parallel host probe on {world} ranks",
+                               f"calibrate: the parallel host probe on {world} ranks failed",
+                               "; --no-collectives skips it"))
 
 
 def modelled(variant: str, layout: str, world: int, hw: Hardware) -> tuple[float, float]:

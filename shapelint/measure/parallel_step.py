@@ -24,7 +24,7 @@ import torch
 
 from shapelint.errors import ShapelintError
 from shapelint.measure.step_blocks import Schedule
-from shapelint.measure.torchrun import run_ranks, torchrun_command
+from shapelint.measure.torchrun import ranks_json
 from shapelint.model import serial
 from shapelint.model.step_verification import StepVerification
 from shapelint.pipeline.result import Result, result_to_data
@@ -49,13 +49,11 @@ def verify_parallel(r: Result, schedule: Schedule, note: Callable[[str], None] =
         given, got = Path(tmp, "result.json"), Path(tmp, "verification.json")
         given.write_text(json.dumps(result_to_data(r)))
         s = schedule
-        cmd = torchrun_command(world, "shapelint.measure.parallel_worker", str(given), str(got), "--device", kind,
-                               "--rounds", str(s.rounds), "--steps", str(s.steps), "--warmup", str(s.warmup))
+        args = [str(given), str(got), "--device", kind,
+                "--rounds", str(s.rounds), "--steps", str(s.steps), "--warmup", str(s.warmup)]
         note(f"{r.target}: torchrun, {r.parallel.layout.describe()}")
-        returncode = run_ranks(cmd, TIMEOUT_S, f"{r.target}: --verify --step")
-        if returncode != 0 or not got.exists():
-            raise ShapelintError(f"{r.target}: --verify --step under torchrun failed (exit {returncode}; "
-                                 "its output is above)")
-        v: StepVerification = serial.decode(StepVerification, json.loads(got.read_text()))
+        found = ranks_json(world, "shapelint.measure.parallel_worker", args, got, TIMEOUT_S,
+                           f"{r.target}: --verify --step", f"{r.target}: --verify --step under torchrun failed")
+        v: StepVerification = serial.decode(StepVerification, found)
         return v
 

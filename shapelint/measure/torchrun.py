@@ -10,10 +10,13 @@ never exit by themselves).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 from shapelint.errors import ShapelintError
 
@@ -39,6 +42,17 @@ def run_ranks(cmd: list[str], timeout_s: float, what: str) -> int:
         raise
 
 
+def ranks_json(world: int, module: str, args: list[str], out: Path, timeout_s: float, what: str,
+               failed: str, hint: str = "") -> Any:
+    """Run ``python -m module args`` on ``world`` ranks (:func:`run_ranks`) and read the
+    JSON its rank 0 wrote to ``out`` (named in ``args``); where it exits non-zero or
+    writes nothing, one error line: ``failed``, the exit status, then ``hint``."""
+    code = run_ranks(torchrun_command(world, module, *args), timeout_s, what)
+    if code != 0 or not out.exists():
+        raise ShapelintError(f"{failed} (exit {code}; its output is above){hint}")
+    return json.loads(out.read_text())
+
+
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL ``proc``'s process group (it leads one: ``start_new_session``) and reap it."""
     try:
@@ -48,4 +62,4 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-__all__ = ["kill_group", "run_ranks", "torchrun_command"]
+__all__ = ["kill_group", "ranks_json", "run_ranks", "torchrun_command"]
