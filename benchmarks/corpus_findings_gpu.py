@@ -1,7 +1,10 @@
 """Precision and recall of shapelint's findings on the real-model corpus, measured on a GPU (issue 9).
 
-For every Hugging Face config under tests/corpus/*/config.json, as a user lints it
-(every built-in rule, the default reporting policy, --batch/--seq):
+For every target of a corpus, as a user lints it (every built-in rule, the default
+reporting policy, --batch/--seq): ``--corpus tests`` (default) the Hugging Face configs
+under tests/corpus/*/config.json; ``--corpus real`` the issue-26 corpus under
+benchmarks/real_corpus/ (each folder's model.py, where it has one, else its config.json:
+timm, torchvision, diffusers and third-party model code need those packages installed).
 
 - **precision**: each finding's premise is timed on the GPU with shapelint.measure.verify's
   machinery (the GEMMs it names, before and after its suggestion, with the recorded
@@ -23,6 +26,7 @@ For every Hugging Face config under tests/corpus/*/config.json, as a user lints 
   (their channel alignment is SL401's, with its own measured table).
 
     python benchmarks/corpus_findings_gpu.py --out $OUT/corpus_findings.json [--budget-s 1500] [MODEL ...]
+    python benchmarks/corpus_findings_gpu.py --corpus real --out $OUT/real_findings.json [MODEL ...]
     python benchmarks/corpus_findings_gpu.py --device cpu --tiny --out /tmp/smoke.json bert-base-uncased
     python benchmarks/corpus_findings_gpu.py --table $OUT/corpus_findings.json
     python benchmarks/corpus_findings_gpu.py --reclassify docs/data/corpus_findings_h100_*_kernels.json --out /tmp/r.json
@@ -46,7 +50,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "tests" / "corpus"
+CORPORA = {"tests": ROOT / "tests" / "corpus", "real": ROOT / "benchmarks" / "real_corpus"}
+CORPUS = CORPORA["tests"]
 #: modules shapelint needs here, and why (checked before anything is imported)
 NEEDS = {"torch": "torch", "transformers": "transformers (builds the configs)", "yaml": "pyyaml (GPU profiles)",
          **({"tomli": "tomli (Python < 3.11)"} if sys.version_info < (3, 11) else {})}
@@ -71,6 +76,17 @@ def write(path: Path, doc: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     os.replace(tmp, path)
+
+
+def corpus_targets(corpus: Path) -> dict[str, Path]:
+    """Each folder of ``corpus`` that holds a target, by name: its model.py, else its config.json."""
+    out = {}
+    for folder in sorted(p for p in corpus.iterdir() if p.is_dir()):
+        for name in ("model.py", "config.json"):
+            if (folder / name).is_file():
+                out[folder.name] = folder / name
+                break
+    return out
 
 
 def shrink(config: Path, folder: Path) -> Path:
@@ -306,9 +322,10 @@ def reclassify(files: list[str], hw_key: str | None) -> dict[str, Any]:
         models.update({m["model"]: m for m in d["models"]})
     hw = hardware.resolve(hw_key or doc["gpu_profile"])
     args = doc.get("args", {})
+    targets = corpus_targets(CORPORA[args.get("corpus", "tests")])  # saved before --corpus: tests
     for name, m in models.items():
         if m.get("status") == "done":
-            r = lint_target(CORPUS / name / "config.json", Options(batch=args.get("batch"), seq=args.get("seq")), hw,
+            r = lint_target(targets[name], Options(batch=args.get("batch"), seq=args.get("seq")), hw,
                             check.load_rules(()))
             members = misaligned_groups(r.capture.gemms, hw)
             for grp in m["misalignments"]:
@@ -374,6 +391,8 @@ def main() -> int:
     p.add_argument("models", nargs="*", help="corpus folder names (default: all)")
     p.add_argument("--out", help="JSON results file (written after every model)")
     p.add_argument("--table", metavar="FILE", help="print the table of a saved results file and exit")
+    p.add_argument("--corpus", choices=sorted(CORPORA), default="tests",
+                   help="tests: tests/corpus's HF configs; real: benchmarks/real_corpus's targets")
     p.add_argument("--budget-s", type=float, default=3000.0, help="stop starting work after this many seconds")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--gpu", help="GPU profile to lint for (default: the local GPU's; on --device cpu, h100)")
@@ -409,10 +428,12 @@ def main() -> int:
         args.batch, args.seq = args.batch or 1, args.seq or 64
     start = time.monotonic()
     bench = Bench(args, start + args.budget_s)
-    names = args.models or sorted(p.name for p in CORPUS.iterdir() if (p / "config.json").is_file())
-    unknown = [n for n in names if not (CORPUS / n / "config.json").is_file()]
+    corpus = CORPORA[args.corpus]
+    found = corpus_targets(corpus)
+    names = args.models or sorted(found)
+    unknown = [n for n in names if n not in found]
     if unknown:
-        sys.exit(f"corpus_findings_gpu: not in {CORPUS}: {', '.join(unknown)}")
+        sys.exit(f"corpus_findings_gpu: not in {corpus}: {', '.join(unknown)}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {"env": environment(args), "args": {k: v for k, v in vars(args).items() if k != "table"},
@@ -422,7 +443,8 @@ def main() -> int:
             if time.monotonic() > bench.deadline:
                 doc["models"].append({"model": name, "status": "out of time"})
                 continue
-            config = shrink(CORPUS / name / "config.json", Path(tmp)) if args.tiny else CORPUS / name / "config.json"
+            target = found[name]
+            config = shrink(target, Path(tmp)) if args.tiny and target.name == "config.json" else target
             m = run_model(name, config, bench)
             doc["models"].append(m)
             write(out, doc)

@@ -61,3 +61,13 @@ def test_tiny_smoke_run_and_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert bench.main() == 0
     text = capsys.readouterr().out
     assert "SL501 lm_head" in text and "vocab_size 50257→50264" in text and "precision" in text
+
+
+def test_real_corpus_targets_are_each_folders_model_py_else_its_config() -> None:
+    bench = bench_module()
+    found = bench.corpus_targets(bench.CORPORA["real"])
+    assert found["timm-efficientnet-b3"].name == "model.py"  # a folder with a model.py lints its model.py
+    assert found["mpnet-base"].name == "config.json"
+    assert len(found) == 65 and all(p.is_file() for p in found.values())
+    tests = bench.corpus_targets(bench.CORPORA["tests"])
+    assert len(tests) == 51 and {p.name for p in tests.values()} == {"config.json"}
