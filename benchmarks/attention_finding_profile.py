@@ -9,8 +9,9 @@ own capture on fake tensors (``lint_target``, the corpus' default batch and sequ
   bias gradient it adds);
 - **measured**: the same block ``--verify`` times (``shapelint.measure.kernels.gpu_block_runner``:
   the hand-written chain replayed, and SDPA as the fix calls it), forward + backward,
-  timed with shapelint's CUDA timer and run under ``torch.profiler``: each kernel's CUDA
-  time per call, with the aten op that launched it.
+  timed with shapelint's CUDA timer as issued from Python (as --verify times it) and as
+  a CUDA graph (the GPU's time without the host's), and run under ``torch.profiler``:
+  each kernel's CUDA time per call, with the aten op that launched it.
 
 ``--sweep`` adds the memory-efficient SDPA kernel (forced) over shapes and what the call
 carries: an additive bias (broadcast [1, H, T, T] or full [B, H, T, T]), its gradient,
@@ -117,28 +118,13 @@ def timed_ms(fn: Callable[[], object], device: str) -> float:
 
 
 def graphed_ms(fn: Callable[[], object], device: str) -> float | None:
-    """``fn`` captured once in a CUDA graph and its replay timed as :func:`timed_ms` times
-    ``fn``: the block's GPU time without the host's time to issue its kernels (None where
-    it cannot be captured, or on the CPU)."""
-    import torch
+    """``fn`` captured as a CUDA graph (``shapelint.measure.kernels.graphed``, as
+    ``gpu_block_runner(graph=True)`` times a block) and its replay timed: the block's GPU time without the host's time to
+    issue its kernels (None where it cannot be captured, or on the CPU)."""
+    from shapelint.measure.kernels import graphed
 
-    if device != "cuda":
-        return None
-    try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        torch.cuda.synchronize()
-        return timed_ms(graph.replay, device)
-    except Exception as exc:  # a block that cannot be captured: say so, go on
-        print(f"    (no CUDA graph: {type(exc).__name__}: {str(exc)[:120]})", flush=True)
-        return None
+    replay = graphed(fn, device)
+    return None if replay is fn else timed_ms(replay, device)
 
 
 def kernel_table(rows: list[dict[str, Any]], limit: int = 30) -> str:
@@ -220,7 +206,7 @@ def finding_profile(model: str, pattern: str, r: Any, args: argparse.Namespace) 
     print(f"\n== {model} {f.module}\n{estimate_table(row['estimate'])}", flush=True)
     if args.device != "cuda" and not args.tiny:
         return row
-    block = gpu_block_runner(args.device)(f, by_index)
+    block = gpu_block_runner(args.device)(f, by_index)  # as issued; graphed below
     if block is None:
         row["error"] = "the block runner takes no such finding"
         return row
