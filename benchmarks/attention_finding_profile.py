@@ -61,6 +61,13 @@ TARGETS = (
     ("bigbird-roberta-base", "bert.encoder.layer.*.attention.self"),
     ("vit-pytorch-readme", "transformer.layers.*.*"),
     ("canine-s", "encoder.layer.*.attention.self"),
+    ("canine-s", "final_char_encoder.layer.0.attention.self"),
+    ("mpnet-base", "mpnet.encoder.layer.*.attention.attn"),
+    ("pegasus-x-base", "model.encoder.layers.*.self_attn"),
+    ("timm-swin-tiny-patch4-window7-224", "layers.*.blocks.*.attn"),
+    ("x-transformers-gpt", "attn_layers.layers.*.*.attend"),
+    ("codegen-350m-mono", "transformer.h.*.attn"),
+    ("gpt-neo-125m", "transformer.h.*.attn.attention"),
 )
 DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "encoder_layers", "decoder_layers")
 PROFILED_CALLS = 5
