@@ -86,3 +86,19 @@ def test_verify_replays_the_sinks_and_the_max() -> None:
     unfused, fused = block
     grads = unfused()
     assert grads[0].shape == (1, B * H, T, D) and fused()[0].shape == grads[0].shape
+
+
+def test_a_graphed_block_runs_as_issued_off_the_gpu() -> None:
+    """``gpu_block_runner(graph=True)`` captures each side as a CUDA graph on a GPU (its
+    GPU time, without the host's); on the CPU there is no graph: the same callables run."""
+    from shapelint.measure.kernels import graphed
+
+    def fn() -> int:
+        return 3
+
+    assert graphed(fn, "cpu") is fn
+    cap, f = chained()
+    block = gpu_block_runner("cpu", graph=True)(f, {g.index: g for g in cap.gemms})
+    assert block is not None
+    dq, dk, dv = block[0]()
+    assert dq.shape == dk.shape == dv.shape == (1, B * H, T, D)
