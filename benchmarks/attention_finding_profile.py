@@ -9,8 +9,9 @@ own capture on fake tensors (``lint_target``, the corpus' default batch and sequ
   bias gradient it adds);
 - **measured**: the same block ``--verify`` times (``shapelint.measure.kernels.gpu_block_runner``:
   the hand-written chain replayed, and SDPA as the fix calls it), forward + backward,
-  timed with shapelint's CUDA timer and run under ``torch.profiler``: each kernel's CUDA
-  time per call, with the aten op that launched it.
+  timed with shapelint's CUDA timer as issued from Python (as --verify times it) and as
+  a CUDA graph (the GPU's time without the host's), and run under ``torch.profiler``:
+  each kernel's CUDA time per call, with the aten op that launched it.
 
 ``--sweep`` adds the memory-efficient SDPA kernel (forced) over shapes and what the call
 carries: an additive bias (broadcast [1, H, T, T] or full [B, H, T, T]), its gradient,
@@ -22,6 +23,8 @@ profiled. ``--real`` profiles a one-layer copy of each model's real training ste
 outside the chain.
 
     python benchmarks/attention_finding_profile.py --out $OUT/attention_finding_profile.json --sweep --real
+    python benchmarks/attention_finding_profile.py --out $OUT/p.json --sweep-grid --models perceiver-pytorch-readme \
+        gpt-oss-20b --real perceiver-pytorch-readme
     python benchmarks/attention_finding_profile.py --device cpu --out /tmp/p.json --sweep --tiny   # smoke
 """
 
@@ -42,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 CORPUS = ROOT / "tests" / "corpus"
+REAL_CORPUS = ROOT / "benchmarks" / "real_corpus"
 #: (corpus model, module pattern of its finding): the three outside 25% and controls within
 TARGETS = (
     ("wavlm-base-plus", "encoder.layers.*.attention"),
@@ -50,6 +54,20 @@ TARGETS = (
     ("speecht5-asr", "speecht5.decoder.wrapped_decoder.layers.*.encoder_attn"),
     ("musicgen-small", "text_encoder.encoder.block.*.layer.*.SelfAttention"),
     ("deberta-v3-base", "encoder.layer.*.attention.self"),
+    # issue 26's real corpus (benchmarks/real_corpus): the four outside 25% on 2026-11-26, and controls
+    ("perceiver-pytorch-readme", "layers.*.cross_attn.fn"),
+    ("perceiver-pytorch-readme", "layers.*.self_attns.*.*.fn"),
+    ("gpt-oss-20b", "model.layers.*.self_attn"),
+    ("bigbird-roberta-base", "bert.encoder.layer.*.attention.self"),
+    ("vit-pytorch-readme", "transformer.layers.*.*"),
+    ("canine-s", "encoder.layer.*.attention.self"),
+    ("canine-s", "final_char_encoder.layer.0.attention.self"),
+    ("mpnet-base", "mpnet.encoder.layer.*.attention.attn"),
+    ("pegasus-x-base", "model.encoder.layers.*.self_attn"),
+    ("timm-swin-tiny-patch4-window7-224", "layers.*.blocks.*.attn"),
+    ("x-transformers-gpt", "attn_layers.layers.*.*.attend"),
+    ("codegen-350m-mono", "transformer.h.*.attn"),
+    ("gpt-neo-125m", "transformer.h.*.attn.attention"),
 )
 DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "encoder_layers", "decoder_layers")
 PROFILED_CALLS = 5
@@ -106,6 +124,16 @@ def timed_ms(fn: Callable[[], object], device: str) -> float:
     return Timing(tuple(timer(fn))).median
 
 
+def graphed_ms(fn: Callable[[], object], device: str) -> float | None:
+    """``fn`` captured as a CUDA graph (``shapelint.measure.kernels.graphed``, as
+    ``gpu_block_runner(graph=True)`` times a block) and its replay timed: the block's GPU time without the host's time to
+    issue its kernels (None where it cannot be captured, or on the CPU)."""
+    from shapelint.measure.kernels import graphed
+
+    replay = graphed(fn, device)
+    return None if replay is fn else timed_ms(replay, device)
+
+
 def kernel_table(rows: list[dict[str, Any]], limit: int = 30) -> str:
     lines = [f"      {'us/call':>9} {'n':>4}  {'aten op':38} kernel"]
     for r in rows[:limit]:
@@ -155,6 +183,15 @@ def estimate_table(e: dict[str, Any]) -> str:
 # -- the findings ---------------------------------------------------------------------------
 
 
+def target_of(model: str) -> Path:
+    """A corpus model's target: tests/corpus/<model>/config.json, else the real corpus's
+    folder's model.py, else its config.json (as corpus_findings_gpu.py --corpus real takes it)."""
+    for path in (CORPUS / model / "config.json", REAL_CORPUS / model / "model.py", REAL_CORPUS / model / "config.json"):
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"no corpus target named {model}")
+
+
 def lint(model: str, device: str) -> Any:
     from shapelint import hardware
     from shapelint.check import run as check
@@ -162,7 +199,7 @@ def lint(model: str, device: str) -> Any:
     from shapelint.pipeline.run import lint_target
 
     hw = hardware.default_gpu() if device == "cuda" else hardware.resolve("h100")
-    return lint_target(CORPUS / model / "config.json", Options(), hw, check.load_rules(()))
+    return lint_target(target_of(model), Options(), hw, check.load_rules(()))
 
 
 def finding_profile(model: str, pattern: str, r: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -176,19 +213,26 @@ def finding_profile(model: str, pattern: str, r: Any, args: argparse.Namespace) 
     print(f"\n== {model} {f.module}\n{estimate_table(row['estimate'])}", flush=True)
     if args.device != "cuda" and not args.tiny:
         return row
-    block = gpu_block_runner(args.device)(f, by_index)
+    block = gpu_block_runner(args.device)(f, by_index)  # as issued; graphed below
     if block is None:
         row["error"] = "the block runner takes no such finding"
         return row
     for side, fn in zip(("before", "after"), block):
         ms = timed_ms(fn, args.device)
         kernels = profile_kernels(fn, args.device)
+        graphed = graphed_ms(fn, args.device)
         row[f"measured_{side}_ms"] = ms
+        row[f"graphed_{side}_ms"] = graphed
         row[f"kernels_{side}"] = kernels
-        print(f"    measured {side}: {ms:.3f} ms (shapelint's timer, one layer)\n{kernel_table(kernels)}", flush=True)
+        print(f"    measured {side}: {ms:.3f} ms (shapelint's timer, one layer); as a CUDA graph: "
+              f"{'-' if graphed is None else format(graphed, '.3f')} ms; kernels "
+              f"{sum(k['us'] for k in kernels) / 1e3:.3f} ms\n{kernel_table(kernels)}", flush=True)
     if row.get("measured_after_ms"):
         row["measured_speedup"] = row["measured_before_ms"] / row["measured_after_ms"]
-        print(f"    measured speedup {row['measured_speedup']:.2f}x, estimated {f.est_speedup:.2f}x", flush=True)
+        if row.get("graphed_before_ms") and row.get("graphed_after_ms"):
+            row["graphed_speedup"] = row["graphed_before_ms"] / row["graphed_after_ms"]
+        print(f"    measured speedup {row['measured_speedup']:.2f}x (as CUDA graphs "
+              f"{row.get('graphed_speedup', 0):.2f}x), estimated {f.est_speedup:.2f}x", flush=True)
     return row
 
 
@@ -211,7 +255,28 @@ def sweep_cases(tiny: bool, cudnn: bool = False) -> list[tuple[int, int, int, in
     return [(*s, *v) for s in shapes for v in variants]
 
 
-def sweep_case(b: int, h: int, t: int, d: int, backend: str, bias: str, p: float, device: str) -> dict[str, Any]:
+#: (B·H, Tq, Tk, d): fused kernels whose grid (B·H · Tq / 128 query tiles forward) fills
+#: few of the H100's 132 SMs (perceiver's cross-attention: 8 · 2 tiles over 50176 keys)
+#: beside full-grid shapes of like work, and the real corpus's SL302 shapes
+GRID_SHAPES = ((8, 256, 50176, 64), (8, 256, 12544, 64), (16, 256, 12544, 64), (32, 256, 12544, 64),
+               (64, 256, 12544, 64), (128, 256, 6272, 64), (8, 2048, 12544, 64), (8, 12544, 256, 64),
+               (64, 256, 256, 64), (96, 64, 1024, 64), (96, 64, 448, 64), (1152, 64, 192, 64),
+               (512, 1024, 1024, 64), (96, 1024, 1024, 64), (8, 128, 50176, 64))
+
+
+def grid_cases(tiny: bool) -> list[tuple[tuple[int, int, int, int, str, str, float], int]]:
+    """The grid sweep, (case, keys): PyTorch's own kernel choice without a mask and with a
+    [Tq, Tk] one."""
+    shapes = [(2, 64, 128, 64)] if tiny else list(GRID_SHAPES)
+    return [((1, bh, tq, d, "default", bias, 0.0), tk) for bh, tq, tk, d in shapes for bias in ("none", "tt")]
+
+
+def sweep_case(b: int, h: int, t: int, d: int, backend: str, bias: str, p: float, device: str,
+               tk: int | None = None) -> dict[str, Any]:
+    """One SDPA call timed and profiled (``tk``: keys, where not ``t``; backend
+    ``default``: the kernel PyTorch picks)."""
+    import contextlib
+
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -219,24 +284,25 @@ def sweep_case(b: int, h: int, t: int, d: int, backend: str, bias: str, p: float
     backends = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
     dtype = torch.bfloat16
-    q, k, v = (torch.randn(b, h, t, d, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    tk = t if tk is None else tk
+    q = torch.randn(b, h, t, d, device=device, dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(b, h, tk, d, device=device, dtype=dtype, requires_grad=True) for _ in range(2))
     mask = None
     if bias != "none":
-        shape = (1, h, t, t) if bias == "bcast_grad" else (t, t) if bias == "tt" else (b, h, t, t)
+        shape = (1, h, t, tk) if bias == "bcast_grad" else (t, tk) if bias == "tt" else (b, h, t, tk)
         mask = torch.randn(*shape, device=device, dtype=dtype, requires_grad=bias.endswith("grad"))
     inputs = (q, k, v, mask) if mask is not None and mask.requires_grad else (q, k, v)
     grad = torch.randn_like(q)
 
     def forward() -> Any:
-        if device != "cuda":
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        with sdpa_kernel(backends[backend]):
+        pick = sdpa_kernel(backends[backend]) if device == "cuda" and backend in backends else contextlib.nullcontext()
+        with pick:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
 
     def both() -> Any:
         return torch.autograd.grad(forward(), inputs, grad)
 
-    row: dict[str, Any] = {"b": b, "h": h, "t": t, "d": d, "backend": backend, "bias": bias, "dropout": p}
+    row: dict[str, Any] = {"b": b, "h": h, "t": t, "tk": tk, "d": d, "backend": backend, "bias": bias, "dropout": p}
     try:
         both()
     except RuntimeError as exc:
@@ -250,15 +316,17 @@ def sweep_case(b: int, h: int, t: int, d: int, backend: str, bias: str, p: float
 
 def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
-    print(f"\n== memory-efficient kernel sweep\n{'B':>2} {'H':>3} {'T':>5} {'d':>4} {'kernel':9} {'bias':10} "
+    print(f"\n== SDPA kernel sweep\n{'B':>2} {'H':>4} {'Tq':>5} {'Tk':>6} {'d':>4} {'kernel':9} {'bias':10} "
           f"{'drop':4} {'fwd ms':>8} {'f+b ms':>8}  top kernels (us)", flush=True)
-    for case in sweep_cases(args.tiny, args.sweep_cudnn):
-        r = sweep_case(*case, args.device)
+    cases = (grid_cases(args.tiny) if args.sweep_grid else []) + [
+        (case, None) for case in (sweep_cases(args.tiny, args.sweep_cudnn) if args.sweep or args.sweep_cudnn else [])]
+    for case, tk in cases:
+        r = sweep_case(*case, args.device, tk=tk)
         rows.append(r)
         top = "; ".join(f"{k['kernel'][:40]} {k['us']:.0f}" for k in r.get("kernels", [])[:4])
         shown = f"{r['fwd_ms']:8.3f} {r['fwd_bwd_ms']:8.3f}" if "fwd_ms" in r else f"refused: {r['error'][:60]}"
-        print(f"{r['b']:>2} {r['h']:>3} {r['t']:>5} {r['d']:>4} {r['backend']:9} {r['bias']:10} {r['dropout']:<4} "
-              f"{shown}  {top}", flush=True)
+        print(f"{r['b']:>2} {r['h']:>4} {r['t']:>5} {r['tk']:>6} {r['d']:>4} {r['backend']:9} {r['bias']:10} "
+              f"{r['dropout']:<4} {shown}  {top}", flush=True)
         if args.device == "cuda":
             import torch
 
@@ -270,13 +338,17 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def one_layer_config(model: str, folder: Path) -> Path:
+    """A one-layer copy of a config.json target (a model.py target as it is)."""
     def cut(d: Any) -> Any:
         if isinstance(d, dict):
             return {k: (1 if k in DEPTH_KEYS and isinstance(v, int) else cut(v)) for k, v in d.items()}
         return d
+    target = target_of(model)
+    if target.suffix != ".json":
+        return target
     out = folder / model / "config.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(cut(json.loads((CORPUS / model / "config.json").read_text())), indent=1))
+    out.write_text(json.dumps(cut(json.loads(target.read_text())), indent=1))
     return out
 
 
@@ -300,10 +372,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON results file")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    p.add_argument("--models", nargs="*", help="corpus models whose TARGETS to profile (default: all)")
+    p.add_argument("--models", nargs="*", help="corpus models whose TARGETS to profile (default: all; none: none)")
     p.add_argument("--sweep", action="store_true", help="the memory-efficient kernel over shapes")
     p.add_argument("--sweep-cudnn", action="store_true", help="the sweep: cuDNN with a [T, T] mask and dropout")
-    p.add_argument("--real", action="store_true", help="profile a one-layer real training step of each model")
+    p.add_argument("--sweep-grid", action="store_true",
+                   help="the sweep: PyTorch's kernel over grids that fill few SMs, and the real corpus's shapes")
+    p.add_argument("--real", nargs="*", metavar="MODEL",
+                   help="profile a one-layer real training step of each model (default: the profiled ones)")
     p.add_argument("--tiny", action="store_true", help="CPU smoke: run the blocks and a tiny sweep on the CPU")
     args = p.parse_args()
     import torch
@@ -320,10 +395,10 @@ def main() -> int:
         out.write_text(json.dumps(doc, indent=1) + "\n")
 
     start = time.monotonic()
-    if args.sweep or args.sweep_cudnn:
+    if args.sweep or args.sweep_cudnn or args.sweep_grid:
         doc["sweep"] = sweep(args)
         save()
-    targets = [(m, pat) for m, pat in TARGETS if not args.models or m in args.models]
+    targets = [(m, pat) for m, pat in TARGETS if args.models is None or m in args.models]
     linted: dict[str, Any] = {}
     for model, pattern in targets:
         try:
@@ -336,8 +411,8 @@ def main() -> int:
         save()
         if args.device == "cuda":
             torch.cuda.empty_cache()
-    if args.real:
-        for model in dict.fromkeys(m for m, _ in targets):
+    if args.real is not None:
+        for model in args.real or list(dict.fromkeys(m for m, _ in targets)):
             try:
                 doc["real"].append(real_step(model, args))
             except Exception as exc:

@@ -10,6 +10,8 @@ listed as such.
 
     python benchmarks/corpus_findings_reprice.py docs/data/corpus_findings_h100_2026-11-26_kernels.json
     python benchmarks/corpus_findings_reprice.py RESULTS.json --models wavlm-base-plus speecht5-asr --json out.json
+    python benchmarks/corpus_findings_reprice.py docs/data/real_corpus_findings_h100_2026-11-26.json --code SL302
+        # the real corpus (--corpus real: model.py targets need their packages), SL302's findings only
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-CORPUS = ROOT / "tests" / "corpus"
+#: the corpora corpus_findings_gpu.py measures (its ``--corpus``, saved in the results' args)
+CORPORA = {"tests": ROOT / "tests" / "corpus", "real": ROOT / "benchmarks" / "real_corpus"}
 WITHIN = 0.25  # estimated vs measured speedup, as corpus_findings_gpu.py counts it
 
 
@@ -35,16 +38,24 @@ def relint(model: str, stored: dict[str, Any], gpu: str) -> dict[tuple[str, str]
     from shapelint.pipeline.run import lint_target
 
     args = stored.get("args", {})
-    r = lint_target(CORPUS / model / "config.json", Options(batch=args.get("batch"), seq=args.get("seq")),
-                    hardware.resolve(gpu), check.load_rules(()))
+    r = lint_target(target_of(model, args.get("corpus") or "tests"),
+                    Options(batch=args.get("batch"), seq=args.get("seq")), hardware.resolve(gpu), check.load_rules(()))
     return {(f.code, f.module): f.est_speedup for f in r.findings}
 
 
-def rows_of(doc: dict[str, Any], models: list[str] | None) -> list[dict[str, Any]]:
+def target_of(model: str, corpus: str) -> Path:
+    """The target corpus_findings_gpu.py linted for ``model``: the folder's model.py where
+    it has one (the real corpus), else its config.json."""
+    folder = CORPORA[corpus] / model
+    return next((folder / name for name in ("model.py", "config.json") if (folder / name).is_file()),
+                folder / "config.json")
+
+
+def rows_of(doc: dict[str, Any], models: list[str] | None, code: str | None = None) -> list[dict[str, Any]]:
     gpu = doc.get("gpu_profile") or "h100"
     rows: list[dict[str, Any]] = []
     for m in doc["models"]:
-        stored = [f for f in m.get("findings", []) if f.get("measured_speedup")]
+        stored = [f for f in m.get("findings", []) if f.get("measured_speedup") and (code is None or f["code"] == code)]
         if models and m["model"] not in models or not stored and not models:
             continue
         start = time.perf_counter()
@@ -59,8 +70,9 @@ def rows_of(doc: dict[str, Any], models: list[str] | None) -> list[dict[str, Any
             rows.append({"model": m["model"], "code": f["code"], "module": f["module"], "measured": measured,
                          "est_then": f.get("est_speedup"), "est_now": est,
                          "error_now": None if est is None else est / measured - 1})
-        rows += [{"model": m["model"], "code": code, "module": module, "measured": None, "est_then": None,
-                  "est_now": est, "error_now": None, "new": True} for (code, module), est in now.items()]
+        rows += [{"model": m["model"], "code": c, "module": module, "measured": None, "est_then": None,
+                  "est_now": est, "error_now": None, "new": True} for (c, module), est in now.items()
+                 if code is None or c == code]
         print(f"{m['model']}: linted in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     return rows
 
@@ -90,10 +102,11 @@ def main() -> int:
     p.add_argument("results", type=Path, help="a corpus_findings_gpu.py JSON with measured speedups")
     p.add_argument("--models", nargs="*", help="only these corpus models")
     p.add_argument("--json", type=Path, help="write the rows here")
+    p.add_argument("--code", help="only this rule's findings (SL302)")
     args = p.parse_args()
     if not args.results.is_file():
         sys.exit(f"corpus_findings_reprice: no such file: {args.results}")
-    rows = rows_of(json.loads(args.results.read_text()), args.models)
+    rows = rows_of(json.loads(args.results.read_text()), args.models, args.code)
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps({"results": str(args.results), "rows": rows}, indent=1) + "\n")

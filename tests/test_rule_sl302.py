@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from _rules import run_rule
@@ -59,7 +61,8 @@ def test_hand_written_attention_is_replaced_by_the_fused_kernel() -> None:
     assert abs(f.est_ms - (total_ms(covered, H100) + softmax)) < 1e-9
     assert abs(f.est_ms_after - sum(f.gemm_ms_after)) < 1e-12
     assert len(f.gemm_ms_after) == 6
-    assert abs(f.est_ms_after - total_ms([*f.after, f.after[0]], H100)) < 1e-9
+    # the recompute: QKᵀ again, in the backward kernel (whose grid is not the forward's)
+    assert abs(f.est_ms_after - total_ms([*f.after, replace(f.after[0], phase="grad_input")], H100)) < 1e-9
     assert 3.0 < f.est_speedup < 8.0  # measured 3.2x (no mask) to 8.5x (masked) on an H200
 
 

@@ -58,6 +58,7 @@ _VIEW_LIKE = frozenset(
 _SOFTMAX = frozenset({"_softmax", "softmax", "_safe_softmax"})
 #: ops whose output is their input with some elements zeroed: a softmax output through them is
 #: still the attention probabilities (off CUDA dropout is ``bernoulli_`` masks applied by ``mul``)
+_CONCAT = frozenset({"cat", "stack"})  # ops that read the tensors of their list argument
 _DROPOUT = frozenset({"native_dropout", "dropout", "feature_dropout", "alpha_dropout"})
 _NOISE, _APPLY_NOISE = frozenset({"bernoulli", "bernoulli_"}), frozenset({"mul"})
 
@@ -291,7 +292,8 @@ class Recorder:
             for o in outs if ins else ():
                 self.serial(o, ins[0])
             return
-        nbytes, reads, writes = self._traffic(name, kclass, "out" in kwargs, ins, outs)
+        listed = tensors_of(args[0]) if name in _CONCAT and args else []  # what a cat reads (a list)
+        nbytes, reads, writes = self._traffic(name, kclass, "out" in kwargs, ins + listed, outs)
         widest, access = stream_access(kclass, ins, outs)
         backward = not self._stack and torch._C._current_autograd_node() is not None
         owner = self._stack[-1].path if self._stack else ""

@@ -114,6 +114,11 @@ class StepProfile:
     efficient_attention_efficiency: float = 1.0
     efficient_bias_attention_efficiency: float = 1.0
     efficient_attention_dropout_ps: float = 0.0
+    #: how much faster the fused attention forward's thread blocks run where its grid
+    #: fills a small share of the SMs (one block of query rows per SM, the keys a loop
+    #: inside it; ``shapelint.price.gemm.fused_forward_wave``) than at full load: a grid
+    #: of one partial wave takes at least 1 / this of a full wave's time. 1 where not measured
+    fused_forward_solo_speedup: float = 1.0
 
     def host_speed_against(self, typical: StepProfile) -> float:
         """How fast the host these costs were calibrated on issues kernels against the

@@ -135,7 +135,7 @@ HOST_STEP = (12, 256, 512)
 #: without a mask and dropout (docs/step-measurements.md), not from one probe
 NOT_MEASURED = ("masked_attention_efficiency", "attention_dropout_ps", "bias_attention_efficiency",
                 "efficient_attention_efficiency", "efficient_bias_attention_efficiency",
-                "efficient_attention_dropout_ps")
+                "efficient_attention_dropout_ps", "fused_forward_solo_speedup")
 
 
 def measure_step(timer: KernelTimer, base: Hardware,

@@ -129,11 +129,47 @@ def _sdpa_runner(g: Gemm, dtype: Any, device: str) -> Callable[[], object] | Non
     return lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
 
 
-def gpu_block_runner(device: str = "cuda") -> BlockRunner:
+def graphed(fn: Callable[[], object], device: str) -> Callable[[], object]:
+    """``fn`` captured once as a CUDA graph, its replay to be timed: the block's GPU time,
+    as a training step that keeps the GPU busy runs it, without the host's time to issue
+    each kernel (a standalone block of small kernels, forward and backward through
+    autograd, is otherwise timed at the host's pace: perceiver-pytorch's latent
+    self-attention, 0.66 ms queued against about 0.1 ms of kernels). ``fn`` itself on
+    the CPU, or where the block cannot be captured."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return fn
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(GRAPH_WARMUP):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        torch.cuda.synchronize()
+    except RuntimeError:  # not capturable here (a kernel that syncs): timed as issued
+        torch.cuda.synchronize()
+        return fn
+    return graph.replay
+
+
+#: calls before a block is captured (autograd's and the kernels' lazy set-up run first)
+GRAPH_WARMUP = 3
+
+
+def gpu_block_runner(device: str = "cuda", graph: bool = False) -> BlockRunner:
     """Hand-written attention (a GEMM fed by a softmax) against the fused kernel: QKᵀ,
     the score chain the model ran (``shapelint.measure.score_chain``; the scaling and
     softmax where the finding carries none), PV and their backward, or
-    F.scaled_dot_product_attention with the mask and dropout the chain had."""
+    F.scaled_dot_product_attention with the mask and dropout the chain had. ``graph``:
+    each side captured as a CUDA graph (:func:`graphed`), timed at the GPU's pace, as the
+    estimate prices it; off by default, as ``--verify`` and the corpus runs have timed
+    blocks so far (a block of small kernels is then timed at the host's pace:
+    docs/known-gaps.md)."""
     import torch
     import torch.nn.functional as F
 
@@ -165,13 +201,14 @@ def gpu_block_runner(device: str = "cuda") -> BlockRunner:
         def fused_forward() -> torch.Tensor:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
 
-        if not training:  # inference: the forward pass alone
-            return unfused_forward, fused_forward
-        inputs = (q, k, v, *learned)
-        return (lambda: torch.autograd.grad(unfused_forward(), inputs, grad),
-                lambda: torch.autograd.grad(fused_forward(), inputs, grad))
+        sides: tuple[Callable[[], object], Callable[[], object]] = (unfused_forward, fused_forward)
+        if training:  # forward and backward; inference: the forward pass alone
+            inputs = (q, k, v, *learned)
+            sides = (lambda: torch.autograd.grad(unfused_forward(), inputs, grad),
+                     lambda: torch.autograd.grad(fused_forward(), inputs, grad))
+        return (graphed(sides[0], device), graphed(sides[1], device)) if graph else sides
 
     return runner
 
 
-__all__ = ["BlockRunner", "Runner", "gpu_block_runner", "gpu_runner", "kernel_key", "materialize"]
+__all__ = ["BlockRunner", "Runner", "gpu_block_runner", "gpu_runner", "graphed", "kernel_key", "materialize"]

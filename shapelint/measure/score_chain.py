@@ -1,7 +1,8 @@
 """A hand-written attention's score chain, replayed on the GPU for ``--verify``: the
 memory-bound ops the model ran between its QKᵀ and PV matmuls (``Finding.fuses``, as
 the capture recorded them: casts to fp32 and back, scaling, a mask or bias, the
-softmax, ``native_dropout``), one torch op each, in order and in the recorded dtypes; autograd
+softmax, ``native_dropout``, a column of attention-sink logits concatenated and the
+row max subtracted), one torch op each, in order and in the recorded dtypes; autograd
 then runs their backward as the model's did. The fused alternative gets what the
 chain needs: a mask where the chain masks or adds a bias, dropout where it drops."""
 
@@ -17,6 +18,8 @@ from shapelint.physics.attention import BIAS_OPS, DROPOUT_OPS, MASK_FILL_OPS, MA
 #: recorded op names that cast (their output's element size says to what)
 _CASTS = ("_to_copy", "to", "copy_", "clone", "contiguous", "_to_dtype")
 _SOFTMAX = ("_softmax", "softmax")
+#: a row max over the scores, subtracted by the chain's next ``sub`` (gpt-oss's eager softmax)
+_MAX = ("max", "amax")
 #: the probability the replay drops (training dropout; its rate does not change the traffic)
 DROPOUT_P = 0.1
 
@@ -86,10 +89,21 @@ def replay(chain: Chain, scores: Any, dtypes: dict[int, Any], tq: int, tk: int, 
         **dict.fromkeys(MASK_FILL_OPS, lambda t, d: t.masked_fill(~mask, float("-inf"))),
         **dict.fromkeys(DROPOUT_OPS, lambda t, d: F.dropout(t, DROPOUT_P, training=True)),
         **dict.fromkeys(BIAS_OPS, lambda t, d: t + bias.to(d)),
+        # scores concatenated with a column of logits (attention sinks), and the row max
+        # taken and subtracted before the softmax (max.dim, whose backward scatters)
+        "cat": lambda t, d: torch.cat([t, t.new_zeros(*t.shape[:-1], 1)], dim=-1),
+        **dict.fromkeys(_MAX, lambda t, d: t - t.max(dim=-1, keepdim=True).values),
     }
+    shifted = False  # the max was just subtracted: the chain's next sub is that
     for name, out_bytes in chain.steps:
         dtype = dtypes.get(out_bytes, x.dtype)
+        if name == "sub" and shifted:
+            shifted = False
+            continue
+        shifted = name in _MAX
         x = steps.get(name, lambda t, d: t * 0.125)(x, dtype)  # another pointwise op: one pass
+        if name in _SOFTMAX and x.shape[-1] > tk:  # the extra columns sliced off, as PV reads the keys'
+            x = x[..., :tk]
     return x
 
 

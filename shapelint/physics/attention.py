@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from shapelint.hardware import ceil_div
 from shapelint.model.records import ATTN_ROLES, Gemm, Op, Operand, Role, Work
 from shapelint.physics.attention_bias import bias_grad_op, padding_ops
 
@@ -156,6 +157,19 @@ def kernel_at(call: Sequence[Gemm], d: int) -> str:
 def with_kernel(g: Gemm, kernel: str) -> Gemm:
     """``g`` tagged with the SDPA kernel that runs it."""
     return replace(g, extra=tuple((k, kernel if k == "kernel" else v) for k, v in g.extra))
+
+
+#: query rows one thread block of the fused forward kernels takes on sm90 (cuDNN's
+#: ``sdpa_sm90_flash_fprop``, as flash's forward): the keys are a loop inside the block, so
+#: the grid is batch·heads x query blocks whatever the keys (an H100 ran 8 x 128 and
+#: 8 x 256 queries over 50176 keys in the same 0.43-0.44 ms: 8 and 16 blocks, one wave)
+FUSED_FORWARD_ROWS = 128
+
+
+def forward_blocks(g: Gemm) -> int:
+    """Thread blocks of the fused forward kernel a forward record of a fused call runs in
+    (its ``m`` is the queries, its batch the batch·heads)."""
+    return g.batch * ceil_div(g.m, FUSED_FORWARD_ROWS)
 
 
 def is_fused(g: Gemm) -> bool:
@@ -370,10 +384,13 @@ class HandWritten:
                                 whole=i == slot, kernel=kernel) for i, g in enumerate(self.backward))]
 
     def recompute(self, needs: ChainNeeds = ChainNeeds()) -> tuple[Gemm, ...]:
-        """What the fused backward adds: QKᵀ computed again (none without backward)."""
-        if self.recompute_slot() is None:
+        """What the fused backward adds: QKᵀ computed again (none without backward), in
+        the backward kernel (its phase: that kernel's grid, not the forward's)."""
+        slot = self.recompute_slot()
+        if slot is None:
             return ()
-        return (fused(self.qk, self.tq, self.tk, "sdpa.qk", needs, kernel=self.kernel(needs)),)
+        qk = fused(self.qk, self.tq, self.tk, "sdpa.qk", needs, kernel=self.kernel(needs))
+        return (replace(qk, phase=self.backward[slot].phase),)
 
     def bias_padding(self, needs: ChainNeeds) -> tuple[Op, ...]:
         """The kernels PyTorch runs to pad the fused call's bias where the memory-efficient

@@ -73,8 +73,23 @@ def _backward_markers(atts: Sequence[HandWritten], ops: Sequence[Op], marker: di
     return {marker[g.index].index for att in atts for g in att.backward if g.index in marker}
 
 
-#: op-stream kinds that are kernels of their own over the scores (not GEMM markers)
-_CHAIN_KINDS = ("pointwise", "reduction", "copy")
+#: op-stream kinds that are kernels of their own over the scores (not GEMM markers); a fill
+#: is one where it makes a tensor of the scores' size from one of the chain (``new_zeros``
+#: in the backward of a ``max`` over the scores, which scatters into it)
+_CHAIN_KINDS = ("pointwise", "reduction", "copy", "fill")
+#: columns an op over the scores may have beyond the keys: scores concatenated with a few
+#: more logits are still the scores (gpt-oss's attention sinks, one per head:
+#: ``cat([scores, sinks], -1)``, then max, sub and softmax over Tk + 1 columns, and a
+#: slice back to Tk that PV reads)
+EXTRA_SCORE_COLUMNS = 8
+
+
+def score_sized(numel: int, att: HandWritten) -> bool:
+    """An op over ``att``'s score matrix: [B·H·Tq, Tk] elements, or up to
+    :data:`EXTRA_SCORE_COLUMNS` more columns of each row."""
+    rows = att.pv.batch * att.tq
+    return numel == att.score_elems or (
+        numel % rows == 0 and att.tk < numel // rows <= att.tk + EXTRA_SCORE_COLUMNS)
 
 
 def gemm_markers(ops: Sequence[Op]) -> dict[int, Op]:
@@ -96,33 +111,33 @@ def score_chain(att: HandWritten, ops: Sequence[Op], marker: dict[int, Op] | Non
     qk, pv = marker.get(att.qk.index), marker.get(att.pv.index)
     if qk is None or pv is None:
         return ()
-    chain = _chain_from(qk, pv.index, ops, att.score_elems)
+    chain = _chain_from(qk, pv.index, ops, att)
     slot = att.recompute_slot()
     if slot is not None and (dp := marker.get(att.backward[slot].index)) is not None:
         # up to the GEMMs that read dS; where dP is the only backward GEMM (q and k need
         # no gradient), to wherever the chain's last op is
         last = max((marker[g.index].index for g in att.backward if g.index in marker), default=dp.index)
-        chain += _chain_from(dp, last if last > dp.index else len(ops), ops, att.score_elems)
+        chain += _chain_from(dp, last if last > dp.index else len(ops), ops, att)
     return chain
 
 
-def _chain_from(start: Op, stop: int, ops: Sequence[Op], elems: int) -> tuple[Op, ...]:
+def _chain_from(start: Op, stop: int, ops: Sequence[Op], att: HandWritten) -> tuple[Op, ...]:
     """The chain ops after ``start`` (a GEMM marker whose output begins it) and before
     position ``stop``, in order. (Dropout is traced as the fused ``native_dropout``, one
     op on the chain: no mask is drawn beside it.)"""
-    found = _reached(start, ops[start.index + 1:stop], elems)
+    found = _reached(start, ops[start.index + 1:stop], att)
     read = {s for op in found for s, _ in op.reads}
     # a reduction out of the chain (a bias's gradient) stays: a fused kernel writes it too
-    return tuple(op for op in found if op.out_numel == elems or _writes_any(op, read))
+    return tuple(op for op in found if score_sized(op.out_numel, att) or _writes_any(op, read))
 
 
-def _reached(start: Op, window: Sequence[Op], elems: int) -> list[Op]:
+def _reached(start: Op, window: Sequence[Op], att: HandWritten) -> list[Op]:
     """The score-sized memory-bound ops of ``window`` that read what ``start`` wrote,
     or what such an op wrote."""
     live = {serial for serial, _ in start.writes}
     found: list[Op] = []
     for op in window:
-        if op.kind in _CHAIN_KINDS and op.numel == elems and any(s in live for s, _ in op.reads):
+        if op.kind in _CHAIN_KINDS and score_sized(op.numel, att) and any(s in live for s, _ in op.reads):
             found.append(op)
             live.update(serial for serial, _ in op.writes)
     return found
