@@ -67,10 +67,11 @@ def test_operands_of_different_shapes_are_judged_one_by_one() -> None:
     assert elementwise_access([sliced, x], [torch.cat([sliced, x], -1)]) == "strided"
 
 
-def test_a_cast_takes_one_step_down_and_a_contiguous_one_its_own_rate() -> None:
+def test_a_contiguous_cast_is_unrolled_and_any_other_takes_the_cast_offset_path() -> None:
     """fp32 -> bf16 has a copy kernel of its own (vectorised); bf16 -> fp32 and a binary op
     over bf16 and fp32 run TensorIterator's dynamic cast: unrolled where contiguous,
-    the offset-calculator kernel otherwise."""
+    the offset-calculator kernel with a cast per element otherwise (``cast_offset``, not
+    the strided path it was priced as before)."""
     x = torch.randn(B, T, H * D)
     low = x.to(torch.bfloat16)
     assert not casts([x], [low]) and stream_access("copy", [x], [low]) == (4, "vectorized")
@@ -79,7 +80,7 @@ def test_a_cast_takes_one_step_down_and_a_contiguous_one_its_own_rate() -> None:
     into = torch.empty_like(low)
     assert not casts([into, x], [into])  # into.copy_(x): fp32 -> bf16, the destination read too
     q, cos = q_heads(torch.bfloat16), torch.randn(1, 1, T, D)
-    assert stream_access("pointwise", [q, cos], [q * cos]) == (4, "strided")
+    assert stream_access("pointwise", [q, cos], [q * cos]) == (4, "cast_offset")
     mask = torch.ones(B, T, H * D, dtype=torch.bool)
     assert not casts([mask, x, x], [x])  # a mask is the kernel's own type
     assert stream_access("reduction", [low], [x]) == (4, "vectorized")  # not an elementwise kernel

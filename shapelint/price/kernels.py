@@ -66,7 +66,7 @@ def op_ms(op: Op, hw: Hardware) -> float:
         eff = s.elementwise_efficiency  # a warp per row, the row in registers: one streaming pass
     elif op.kind == "reduction":
         eff = s.reduction_efficiency
-    elif op.kind in ("copy", "pointwise") and (op.strided or op.coalesced):
+    elif op.kind in ("copy", "pointwise") and (op.strided or op.coalesced or op.cast):
         eff = _unvectorised_efficiency(op, hw)
     else:
         eff = s.elementwise_efficiency
@@ -75,11 +75,15 @@ def op_ms(op: Op, hw: Hardware) -> float:
 
 def _unvectorised_efficiency(op: Op, hw: Hardware) -> float:
     """A copy or pointwise op off TensorIterator's vectorised path
-    (``shapelint.capture.op_traffic.stream_access``): strided; a contiguous cast
-    (``unrolled_elementwise_kernel``); coalesced, by the width of its elements (the
-    kernel loads one element a thread at a time: 2-byte elements run at the strided rate,
-    which calibrate measures on a bf16 copy of this path)."""
+    (``shapelint.capture.op_traffic.stream_access``): a cast off one contiguous run (the
+    offset-calculator kernel with a dynamic cast per element: an fp32 bias or mask added
+    to bf16 scores); strided; a contiguous cast (``unrolled_elementwise_kernel``);
+    coalesced, by the width of its elements (the kernel loads one element a thread at a
+    time: 2-byte elements run at the strided rate, which calibrate measures on a bf16
+    copy of this path)."""
     s = hw.step
+    if op.cast_offset:
+        return s.cast_offset_efficiency
     if op.strided:
         return s.strided_copy_efficiency
     if op.cast:
