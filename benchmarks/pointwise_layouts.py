@@ -118,9 +118,9 @@ def cases() -> list[tuple[str, str, int, str]]:
             if not (op in ("copy", "_to_copy") and (layout in BROADCAST or layout == "mixed-perm"))]
 
 
-#: attention scores [B, H, T, T]: 64M elements, and MPT-7B's at 8 x 1024 (256M); the dry
-#: run builds one small score tensor on the CPU (the paths do not depend on the size)
-SCORE_SHAPES = ((4, 16, 1024, 1024), (8, 32, 1024, 1024))
+#: attention scores [B, H, T, T]: 16M and 64M elements, and MPT-7B's at 8 x 1024 (256M);
+#: the dry run builds one small score tensor on the CPU (the paths do not depend on the size)
+SCORE_SHAPES = ((1, 16, 1024, 1024), (4, 16, 1024, 1024), (8, 32, 1024, 1024))
 DRY_SCORES = (2, 4, 256, 256)
 #: (case, what it stands for): each adds a bias to bf16 scores, or fills them
 SCORE_CASES: tuple[tuple[str, str], ...] = (
@@ -129,6 +129,8 @@ SCORE_CASES: tuple[tuple[str, str], ...] = (
     ("key-mask>fp32", "bf16 scores + fp32 [B,1,1,T] padding mask, fp32 out"),
     ("causal-mask>fp32", "bf16 scores + fp32 [1,1,T,T] causal mask, fp32 out"),
     ("full-mask>fp32", "bf16 scores + fp32 [B,1,T,T] eager mask (SpeechT5, GPT-J), fp32 out"),
+    ("norm-weight>fp32", "the same elements as bf16 [N, 128] * fp32 [128] (Qwen3's q_norm weight), fp32 out"),
+    ("mixed-perm>fp32", "the same elements as bf16 [N,16,128] * fp32 [16,N,128].transpose(0, 1) (q_norm's backward), fp32 out"),
     ("alibi>bf16", "bf16 scores + fp32 [1,H,1,T] ALiBi into a bf16 out"),
     ("key-mask>bf16", "bf16 scores + fp32 [B,1,1,T] padding mask into a bf16 out"),
     ("causal-mask>bf16", "bf16 scores + fp32 [1,1,T,T] causal mask into a bf16 out"),
@@ -156,6 +158,13 @@ def score_case(name: str, shape: tuple[int, ...], device: str) -> tuple[Callable
               "full-mask": lambda: rand(b, 1, t, t), "alibi-bf16": lambda: rand(1, h, 1, t, dtype=bf16),
               "alibi-fp32": lambda: rand(1, h, 1, t)}
     base, _, into = name.partition(">")
+    if base == "norm-weight":
+        rows, weight = x.view(-1, 128), rand(128)
+        return (lambda: rows * weight), [rows, weight], rows * weight
+    if base == "mixed-perm":
+        heads = x.view(-1, 16, 128)  # tokens x heads x head dim
+        grad = rand(16, heads.shape[0], 128).transpose(0, 1)
+        return (lambda: heads * grad), [heads, grad], heads * grad
     if base in biases:
         bias = biases[base]()
         if into == "bf16":
@@ -205,15 +214,20 @@ def kernel_names(fn: Callable[[], Any]) -> list[str]:
 
 
 def path_of(kernels: list[str]) -> str:
-    """The path a kernel name shows: ``vectorized`` (``vectorized_elementwise_kernel``,
-    or a same-dtype contiguous copy done as a memcpy), ``unrolled`` (contiguous with a
-    dynamic cast), ``legacy`` (``elementwise_kernel`` with an offset calculator)."""
+    """The path a kernel name shows: ``legacy`` (``elementwise_kernel`` with an offset
+    calculator), ``unrolled`` (contiguous with a dynamic cast), ``vectorized``
+    (``vectorized_elementwise_kernel``, or a same-dtype contiguous copy done as a memcpy).
+    A call of two kernels is judged by its op's own: ``where`` converts a 0-d fill in a
+    vectorised copy of one element first, an out-of-place ``masked_fill`` clones its input
+    (a memcpy) before filling it in place."""
     text = " ".join(kernels).lower()
-    if "vectorized_elementwise_kernel" in text or "memcpy" in text:
-        return "vectorized"
+    if " elementwise_kernel<" in f" {text}" or "::elementwise_kernel<" in text:
+        return "legacy"
     if "unrolled_elementwise_kernel" in text:
         return "unrolled"
-    return "legacy" if "elementwise_kernel<" in text else "other"
+    if "vectorized_elementwise_kernel" in text or "memcpy" in text:
+        return "vectorized"
+    return "other"
 
 
 def time_ms(fn: Callable[[], Any], reps: int, rounds: int) -> float:

@@ -47,8 +47,13 @@ def stream_access(kclass: str, ins: Sequence[torch.Tensor], outs: Sequence[torch
       scores) or have gaps (MPT's ALiBi sliced from rows of ``max_seq_len``): the cast
       of every element, not the sectors, bounds it, at a rate of its own.
 
-    Any other op is ``vectorized`` (its own kernel's rate prices it)."""
-    widest = max((t.element_size() for t in (*ins, *outs) if t.is_floating_point()), default=2)
+    Any other op is ``vectorized`` (its own kernel's rate prices it). The width is of the
+    tensors the kernel iterates over: a one-element operand (``torch.where``'s fp32 fill,
+    which ``where`` converts to the scores' dtype before its bf16 kernel runs) does not
+    widen it."""
+    floats = [t for t in (*ins, *outs) if t.is_floating_point()]
+    widest = max((t.element_size() for t in floats if t.numel() > 1), default=0) or \
+        max((t.element_size() for t in floats), default=2)
     if kclass not in ("copy", "pointwise"):
         return widest, "vectorized"
     access = elementwise_access(ins, outs)
