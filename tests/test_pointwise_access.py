@@ -171,3 +171,29 @@ def test_a_contiguous_upcast_is_priced_at_the_cast_rate_and_the_downcast_vectori
     assert op_ms(down, H100) == memory_kernel_ms(down.bytes, H100.step.elementwise_efficiency, H100)
     assert up.cast and up.coalesced and not up.strided and up.bytes == 6 * B * T * H * D
     assert op_ms(up, H100) == memory_kernel_ms(up.bytes, H100.step.cast_efficiency, H100)
+
+
+class MaskedScores(nn.Module):
+    """MPT-7B's fp32 scores masked out of place, at MPT-7B's shape (8 x 1024, 32 heads)."""
+
+    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return scores.masked_fill(mask, torch.finfo(torch.float32).min)
+
+
+def test_an_out_of_place_masked_fill_is_a_clone_and_the_fill_in_place() -> None:
+    """aten's ``masked_fill`` clones its input (a device-to-device memcpy) and fills the
+    clone in place: two kernels. On an H100 (2026-11-26, ``benchmarks/pointwise_layouts.py
+    --cases scores``, docs/data/score_casts_h100_2026-11-26.json) MPT-7B's fp32 [8, 32,
+    1024, 1024] masked_fill with a [8, 1, 1024, 1024] mask took 1.627 ms; its bytes read and
+    written once were priced 0.946 ms."""
+    from shapelint.price.kernels import clone_ms, op_kernels
+
+    b, h, t = 8, 32, 1024
+    cap, _ = trace(lambda: (MaskedScores(), (torch.randn(b, h, t, t), torch.zeros(b, 1, t, t, dtype=torch.bool))),
+                   precision="fp32", training=False)
+    (fill,) = [o for o in cap.ops if o.name == "masked_fill"]
+    scores = b * h * t * t * 4
+    assert fill.bytes == 2 * scores + b * t * t and fill.coalesced and op_kernels(fill) == 2
+    assert clone_ms(fill, H100) == memory_kernel_ms(2 * scores, H100.step.elementwise_efficiency, H100)
+    assert op_ms(fill, H100) == pytest.approx(0.946 + 0.708, abs=1e-3)
+    assert op_ms(fill, H100) == pytest.approx(1.627, rel=0.03)  # the measured time

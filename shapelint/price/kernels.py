@@ -22,7 +22,7 @@ from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm, Op, Work
 from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, bias_grad_bytes, head_dim, math_kernel
 from shapelint.physics.conv_kernels import BATCH_NORM
-from shapelint.physics.kernels import warp_softmax
+from shapelint.physics.kernels import CLONE_FIRST, warp_softmax
 from shapelint.price.batch_norm import batch_norm_ms
 from shapelint.price.gemm import CAUSAL_WORK, fused_dropout_ms, gemm_ms, mask_efficiency, total_ms
 
@@ -70,7 +70,21 @@ def op_ms(op: Op, hw: Hardware) -> float:
         eff = _unvectorised_efficiency(op, hw)
     else:
         eff = s.elementwise_efficiency
-    return memory_kernel_ms(op.bytes, eff, hw)
+    return memory_kernel_ms(op.bytes, eff, hw) + clone_ms(op, hw)
+
+
+def clone_ms(op: Op, hw: Hardware) -> float:
+    """The clone an out-of-place op runs before it works in place (``shapelint.physics.
+    kernels.CLONE_FIRST``: ``masked_fill``): what it writes, read and written once more
+    by a contiguous copy at the copy rate; 0 for any other op."""
+    if op.name not in CLONE_FIRST:
+        return 0.0
+    return memory_kernel_ms(2 * sum(n for _, n in op.writes), hw.step.elementwise_efficiency, hw)
+
+
+def op_kernels(op: Op) -> int:
+    """Kernels an eager memory-bound op launches: two where it clones first."""
+    return 2 if op.name in CLONE_FIRST else 1
 
 
 def _unvectorised_efficiency(op: Op, hw: Hardware) -> float:
@@ -183,4 +197,4 @@ def flash_pad_ms(scores: Gemm, hw: Hardware) -> float | None:
 
 
 __all__ = ["MODES", "OPTIMIZER_PASSES", "Mode", "attention_ms", "flash_pad_ms", "memory_kernel_ms",
-           "op_ms", "optimizer_ms", "work_ms"]
+           "clone_ms", "op_kernels", "op_ms", "optimizer_ms", "work_ms"]
