@@ -66,11 +66,25 @@ def op_ms(op: Op, hw: Hardware) -> float:
         eff = s.elementwise_efficiency  # a warp per row, the row in registers: one streaming pass
     elif op.kind == "reduction":
         eff = s.reduction_efficiency
-    elif op.kind in ("copy", "pointwise") and (op.strided or op.coalesced or op.cast):
+    elif op.kind in ("copy", "pointwise") and op.cast_offset:
+        return cast_offset_ms(op, hw)
+    elif op.kind in ("copy", "pointwise") and (op.strided or op.coalesced):
         eff = _unvectorised_efficiency(op, hw)
     else:
         eff = s.elementwise_efficiency
     return memory_kernel_ms(op.bytes, eff, hw) + clone_ms(op, hw)
+
+
+def cast_offset_ms(op: Op, hw: Hardware) -> float:
+    """A cast off one contiguous run (``Op.cast_offset``: the offset-calculator kernel
+    computing each operand's offset and casting each element it loads and stores): bound
+    by the elements it iterates over, whatever their width (``cast_offset_element_ps``
+    each: on an H100 bf16 scores plus a broadcast fp32 mask took about the same time into
+    a bf16 output as into an fp32 one), or by its bytes at ``cast_offset_efficiency``
+    where it moves more (two full-size operands, as q_norm's gradient beside the
+    transposed heads), whichever is longer."""
+    s = hw.step
+    return max(memory_kernel_ms(op.bytes, s.cast_offset_efficiency, hw), 1e-9 * op.numel * s.cast_offset_element_ps)
 
 
 def clone_ms(op: Op, hw: Hardware) -> float:
@@ -89,15 +103,12 @@ def op_kernels(op: Op) -> int:
 
 def _unvectorised_efficiency(op: Op, hw: Hardware) -> float:
     """A copy or pointwise op off TensorIterator's vectorised path
-    (``shapelint.capture.op_traffic.stream_access``): a cast off one contiguous run (the
-    offset-calculator kernel with a dynamic cast per element: an fp32 bias or mask added
-    to bf16 scores); strided; a contiguous cast (``unrolled_elementwise_kernel``);
+    (``shapelint.capture.op_traffic.stream_access``) but a cast off one contiguous run
+    (:func:`cast_offset_ms`): strided; a contiguous cast (``unrolled_elementwise_kernel``);
     coalesced, by the width of its elements (the kernel loads one element a thread at a
     time: 2-byte elements run at the strided rate, which calibrate measures on a bf16
     copy of this path)."""
     s = hw.step
-    if op.cast_offset:
-        return s.cast_offset_efficiency
     if op.strided:
         return s.strided_copy_efficiency
     if op.cast:
@@ -197,4 +208,4 @@ def flash_pad_ms(scores: Gemm, hw: Hardware) -> float | None:
 
 
 __all__ = ["MODES", "OPTIMIZER_PASSES", "Mode", "attention_ms", "flash_pad_ms", "memory_kernel_ms",
-           "clone_ms", "op_kernels", "op_ms", "optimizer_ms", "work_ms"]
+           "cast_offset_ms", "clone_ms", "op_kernels", "op_ms", "optimizer_ms", "work_ms"]
