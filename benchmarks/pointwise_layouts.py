@@ -22,7 +22,10 @@ them (an ALiBi [1, H, 1, T] as BLOOM builds it, MPT's sliced from rows of
 [B, 1, T, T] eager mask) into an fp32 output (type promotion) or a bf16 one, which
 TensorIterator runs through the offset calculator with a dynamic cast per element
 (shapelint's ``cast_offset`` path); ``torch.where`` with an fp32 fill; and, beside
-them, the same adds without a cast, MPT's fp32 ``masked_fill`` and a contiguous upcast.
+them, the same adds without a cast, MPT's fp32 ``masked_fill`` and a contiguous upcast;
+and Qwen3's q_norm casts (an fp32 weight of 128 times bf16 heads, and bf16 heads times
+fp32 gradients of the transposed heads). The cast kernel's time follows its elements
+more than its bytes, so the summary gives both.
 
 Each case's kernel time is the median over ``--rounds`` blocks of ``--reps`` calls timed
 with CUDA events; its bytes are the distinct bytes of every operand
@@ -32,7 +35,7 @@ fraction printed is of the datasheet bandwidth of ``--gpu`` as the profile's
 shapelint predicts (``shapelint.capture.op_traffic.stream_access``: a cast takes one path
 down, so a contiguous bf16 -> fp32 copy is predicted ``coalesced`` and runs ``unrolled``).
 Prints a table and the median fraction by (path, dtype); ``--json`` writes every row.
-About a minute on an H100.
+About a minute on an H100 (``--cases scores`` alone: about 40 s).
 
     python benchmarks/pointwise_layouts.py [--gpu h100-sxm] [--json /tmp/out/pointwise_layouts.json]
     python benchmarks/pointwise_layouts.py --cases scores --json /tmp/out/score_casts.json
@@ -313,10 +316,13 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "min": min(fr), "max": max(fr), "paths_agree": agree})
         print(f"{pred:11} {dt[:8]:8} {kind:17} {len(rs):3d} {statistics.median(fr):11.3f} {min(fr):6.3f} "
               f"{max(fr):6.3f} {'ok' if agree else 'MISMATCH'}")
-    casts = [r["fraction"] for r in rows if r["predicted"] == "cast_offset" and "fraction" in r]
+    casts = [r for r in rows if r["predicted"] == "cast_offset" and "fraction" in r]
     if casts:
-        print(f"\ncast_offset: {len(casts)} cases, median fraction {statistics.median(casts):.3f} "
-              f"(min {min(casts):.3f}, max {max(casts):.3f}): the profile's step.cast_offset_efficiency")
+        fr = [r["fraction"] for r in casts]
+        ps = [1e9 * r["ms"] / r["elements"] for r in casts]
+        print(f"\ncast_offset: {len(casts)} cases, {statistics.median(ps):.2f} ps an element (min {min(ps):.2f}, max "
+              f"{max(ps):.2f}), {statistics.median(fr):.3f} of the bandwidth (min {min(fr):.3f}, max {max(fr):.3f}): "
+              "the profile's step.cast_offset_element_ps and step.cast_offset_efficiency (the longer of the two)")
     return out
 
 

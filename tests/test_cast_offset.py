@@ -178,3 +178,25 @@ def test_mpt7b_sl302_estimate_moves_toward_the_measured_speedup() -> None:
     assert adds == 32  # one ALiBi add a layer
     assert strided == pytest.approx(5.37, abs=0.01)  # the cast at the strided rate, the clones counted
     assert now == pytest.approx(5.54, abs=0.01)
+
+
+def test_the_score_benchmark_builds_the_paths_it_names() -> None:
+    """``benchmarks/pointwise_layouts.py --cases scores`` on the CPU: every case with a
+    cast takes the cast_offset path, the controls do not, so the GPU run times what the
+    table says; the kernel names it reads tell a cast from none."""
+    from _benchmarks import load_benchmark
+
+    bench = load_benchmark("pointwise_layouts")
+    paths = {}
+    for name, _ in bench.SCORE_CASES:
+        _, ins, out = bench.score_case(name, bench.DRY_SCORES, "cpu")
+        fill = name in ("where-fp32-fill", "masked_fill-fp32")
+        paths[name] = stream_access("copy" if fill else "pointwise", ins, [out])[1]
+    assert {n for n, p in paths.items() if p == "cast_offset"} == {n for n, _ in bench.SCORE_CASES if ">" in n}
+    assert {p for n, p in paths.items() if ">" not in n} == {"coalesced"}
+    assert bench.dynamic_cast(["void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl<Add>>"])
+    assert not bench.dynamic_cast(["void at::native::elementwise_kernel<128, 4, gpu_kernel_impl_nocast<Add>>"])
+    # where's own kernel, beside the one-element copy of its fill: the offset-calculator path
+    assert bench.path_of(["void at::native::vectorized_elementwise_kernel<8, bfloat16_copy_kernel_cuda>",
+                          "void at::native::elementwise_kernel<128, 4, gpu_kernel_impl_nocast<where_kernel_impl>>"]
+                         ) == "legacy"
