@@ -15,6 +15,18 @@ layout at the sizes of a language model's attention activations ([B, H, T=1024, 
 - ``copy``: ``out.copy_(x)`` into a contiguous ``out`` of the same dtype;
 - ``_to_copy``: the same with a cast (fp32 <-> bf16), as autocast's casts run.
 
+The score cases (``--cases scores``) are the ops hand-written attention runs on its
+[B, H, T, T] scores under bf16 autocast: bf16 scores plus an fp32 bias broadcast over
+them (an ALiBi [1, H, 1, T] as BLOOM builds it, MPT's sliced from rows of
+``max_seq_len``, a [B, 1, 1, T] padding mask, a [1, 1, T, T] causal mask, transformers'
+[B, 1, T, T] eager mask) into an fp32 output (type promotion) or a bf16 one, which
+TensorIterator runs through the offset calculator with a dynamic cast per element
+(shapelint's ``cast_offset`` path); ``torch.where`` with an fp32 fill; and, beside
+them, the same adds without a cast, MPT's fp32 ``masked_fill`` and a contiguous upcast;
+and Qwen3's q_norm casts (an fp32 weight of 128 times bf16 heads, and bf16 heads times
+fp32 gradients of the transposed heads). The cast kernel's time follows its elements
+more than its bytes, so the summary gives both.
+
 Each case's kernel time is the median over ``--rounds`` blocks of ``--reps`` calls timed
 with CUDA events; its bytes are the distinct bytes of every operand
 (``shapelint.capture.op_traffic.stored_bytes``, a broadcast operand once), so the
@@ -23,9 +35,10 @@ fraction printed is of the datasheet bandwidth of ``--gpu`` as the profile's
 shapelint predicts (``shapelint.capture.op_traffic.stream_access``: a cast takes one path
 down, so a contiguous bf16 -> fp32 copy is predicted ``coalesced`` and runs ``unrolled``).
 Prints a table and the median fraction by (path, dtype); ``--json`` writes every row.
-About a minute on an H100.
+About a minute on an H100 (``--cases scores`` alone: about 40 s).
 
     python benchmarks/pointwise_layouts.py [--gpu h100-sxm] [--json /tmp/out/pointwise_layouts.json]
+    python benchmarks/pointwise_layouts.py --cases scores --json /tmp/out/score_casts.json
     python benchmarks/pointwise_layouts.py --dry-run     # no GPU: the cases and the predicted paths
 """
 
@@ -33,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -107,6 +121,90 @@ def cases() -> list[tuple[str, str, int, str]]:
             if not (op in ("copy", "_to_copy") and (layout in BROADCAST or layout == "mixed-perm"))]
 
 
+#: attention scores [B, H, T, T]: 16M and 64M elements, and MPT-7B's at 8 x 1024 (256M);
+#: the dry run builds one small score tensor on the CPU (the paths do not depend on the size)
+SCORE_SHAPES = ((1, 16, 1024, 1024), (4, 16, 1024, 1024), (8, 32, 1024, 1024))
+DRY_SCORES = (2, 4, 256, 256)
+#: (case, what it stands for): each adds a bias to bf16 scores, or fills them
+SCORE_CASES: tuple[tuple[str, str], ...] = (
+    ("alibi>fp32", "bf16 scores + fp32 [1,H,1,T] ALiBi (BLOOM), fp32 out"),
+    ("alibi-sliced>fp32", "bf16 scores + fp32 [H,1,2T][..., T:] (MPT's ALiBi sliced from max_seq_len rows), fp32 out"),
+    ("key-mask>fp32", "bf16 scores + fp32 [B,1,1,T] padding mask, fp32 out"),
+    ("causal-mask>fp32", "bf16 scores + fp32 [1,1,T,T] causal mask, fp32 out"),
+    ("full-mask>fp32", "bf16 scores + fp32 [B,1,T,T] eager mask (SpeechT5, GPT-J), fp32 out"),
+    ("norm-weight>fp32", "the same elements as bf16 [N, 128] * fp32 [128] (Qwen3's q_norm weight), fp32 out"),
+    ("mixed-perm>fp32", "the same elements as bf16 [N,16,128] * fp32 [16,N,128].transpose(0, 1) (q_norm's backward), fp32 out"),
+    ("alibi>bf16", "bf16 scores + fp32 [1,H,1,T] ALiBi into a bf16 out"),
+    ("key-mask>bf16", "bf16 scores + fp32 [B,1,1,T] padding mask into a bf16 out"),
+    ("causal-mask>bf16", "bf16 scores + fp32 [1,1,T,T] causal mask into a bf16 out"),
+    ("where-fp32-fill", "torch.where(bool [1,1,T,T], bf16 scores, fp32 0-d fill): where casts the fill first"),
+    ("alibi-bf16", "no cast: bf16 scores + bf16 [1,H,1,T]"),
+    ("alibi-fp32", "no cast: fp32 scores + fp32 [1,H,1,T]"),
+    ("masked_fill-fp32", "no cast: fp32 scores .masked_fill(bool [B,1,T,T], min), MPT's next op"),
+    ("upcast", "contiguous cast: bf16 scores .float()"),
+)
+
+
+def score_case(name: str, shape: tuple[int, ...], device: str) -> tuple[Callable[[], Any], list[Any], Any]:
+    """(the call, its inputs, its output) of score case ``name`` on scores of ``shape``."""
+    import torch
+
+    b, h, t, _ = shape
+    bf16, fp32 = torch.bfloat16, torch.float32
+    x = torch.randn(*shape, device=device, dtype=fp32 if name in ("alibi-fp32", "masked_fill-fp32") else bf16)
+
+    def rand(*dims: int, dtype: Any = fp32) -> Any:
+        return torch.randn(*dims, device=device, dtype=dtype)
+
+    biases = {"alibi": lambda: rand(1, h, 1, t), "alibi-sliced": lambda: rand(h, 1, 2 * t)[..., t:],
+              "key-mask": lambda: rand(b, 1, 1, t), "causal-mask": lambda: rand(1, 1, t, t),
+              "full-mask": lambda: rand(b, 1, t, t), "alibi-bf16": lambda: rand(1, h, 1, t, dtype=bf16),
+              "alibi-fp32": lambda: rand(1, h, 1, t)}
+    base, _, into = name.partition(">")
+    if base == "norm-weight":
+        rows, weight = x.view(-1, 128), rand(128)
+        return (lambda: rows * weight), [rows, weight], rows * weight
+    if base == "mixed-perm":
+        heads = x.view(-1, 16, 128)  # tokens x heads x head dim
+        grad = rand(16, heads.shape[0], 128).transpose(0, 1)
+        return (lambda: heads * grad), [heads, grad], heads * grad
+    if base in biases:
+        bias = biases[base]()
+        if into == "bf16":
+            out = torch.empty(shape, device=device, dtype=bf16)
+            return (lambda: torch.add(x, bias, out=out)), [x, bias], out
+        return (lambda: x + bias), [x, bias], x + bias
+    if name == "where-fp32-fill":
+        mask = torch.ones(1, 1, t, t, device=device, dtype=torch.bool).tril()
+        fill = torch.tensor(torch.finfo(fp32).min, device=device)
+        return (lambda: torch.where(mask, x, fill)), [mask, x, fill], torch.where(mask, x, fill)
+    if name == "masked_fill-fp32":
+        mask = torch.zeros(b, 1, t, t, device=device, dtype=torch.bool)
+        return (lambda: x.masked_fill(mask, torch.finfo(fp32).min)), [x, mask], x.masked_fill(mask, 0.0)
+    if name == "upcast":
+        return (lambda: x.float()), [x], x.float()
+    raise ValueError(name)
+
+
+def dynamic_cast(kernels: list[str]) -> bool:
+    """Whether the kernel casts each element it loads: TensorIterator's ``gpu_kernel_impl``
+    (not ``gpu_kernel_impl_nocast``) or an unrolled kernel loading ``WithCast``."""
+    text = " ".join(kernels)
+    return "gpu_kernel_impl<" in text or "WithCast" in text
+
+
+def agrees(row: dict[str, Any]) -> bool:
+    """Whether the kernel that ran is the path shapelint predicted: vectorised or not, the
+    offset-calculator kernel for ``strided`` and ``cast_offset``, and a cast per element
+    exactly where ``cast_offset`` says so."""
+    pred, path = row["predicted"], row["path"]
+    if (path == "vectorized") != (pred == "vectorized"):
+        return False
+    if pred in ("strided", "cast_offset") and path != "legacy":
+        return False
+    return pred != "cast_offset" or row["cast"]
+
+
 def kernel_names(fn: Callable[[], Any]) -> list[str]:
     """The CUDA kernels one call launches."""
     import torch
@@ -119,15 +217,20 @@ def kernel_names(fn: Callable[[], Any]) -> list[str]:
 
 
 def path_of(kernels: list[str]) -> str:
-    """The path a kernel name shows: ``vectorized`` (``vectorized_elementwise_kernel``,
-    or a same-dtype contiguous copy done as a memcpy), ``unrolled`` (contiguous with a
-    dynamic cast), ``legacy`` (``elementwise_kernel`` with an offset calculator)."""
+    """The path a kernel name shows: ``legacy`` (``elementwise_kernel`` with an offset
+    calculator), ``unrolled`` (contiguous with a dynamic cast), ``vectorized``
+    (``vectorized_elementwise_kernel``, or a same-dtype contiguous copy done as a memcpy).
+    A call of two kernels is judged by its op's own: ``where`` converts a 0-d fill in a
+    vectorised copy of one element first, an out-of-place ``masked_fill`` clones its input
+    (a memcpy) before filling it in place."""
     text = " ".join(kernels).lower()
-    if "vectorized_elementwise_kernel" in text or "memcpy" in text:
-        return "vectorized"
+    if " elementwise_kernel<" in f" {text}" or "::elementwise_kernel<" in text:
+        return "legacy"
     if "unrolled_elementwise_kernel" in text:
         return "unrolled"
-    return "legacy" if "elementwise_kernel<" in text else "other"
+    if "vectorized_elementwise_kernel" in text or "memcpy" in text:
+        return "vectorized"
+    return "other"
 
 
 def time_ms(fn: Callable[[], Any], reps: int, rounds: int) -> float:
@@ -141,61 +244,85 @@ def time_ms(fn: Callable[[], Any], reps: int, rounds: int) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    import torch
-
-    from shapelint.capture.op_traffic import stored_bytes, stream_access
     from shapelint.hardware import local_gpu, resolve
 
     hw = resolve(args.gpu) if args.gpu else local_gpu() or resolve("h100")
     device = "cpu" if args.dry_run else "cuda"
     rows: list[dict[str, Any]] = []
-    print(f"{'op':9} {'dtype':8} {'Melem':>5} {'layout':17} {'predicted':10} {'kernel':10} "
+    print(f"{'op':16} {'dtype':8} {'Melem':>5} {'layout':17} {'predicted':11} {'kernel':10} {'cast':4} "
           f"{'ms':>8} {'GB/s':>6} {'frac':>6}")
-    for op, layout, n, dt in cases():
-        if args.dry_run and n != SIZES[0]:
-            continue
-        size = n if not args.dry_run else HEADS * SEQ * HEAD_DIM  # one sequence on the CPU
-        fn, ins, out = case(op, layout, size, dt, device)
-        predicted = stream_access("pointwise" if op in ("mul", "add") else "copy", ins, [out])[1]
-        nbytes = sum(stored_bytes(t) for t in ins) + stored_bytes(out)
-        row: dict[str, Any] = {"op": op, "dtype": dt, "elements": n, "layout": layout, "predicted": predicted,
-                               "bytes": nbytes}
-        if not args.dry_run:
-            row["kernels"] = kernel_names(fn)
-            row["path"] = path_of(row["kernels"])
-            row["ms"] = time_ms(fn, args.reps, args.rounds)
-            row["gbps"] = nbytes / (row["ms"] * 1e-3) / 1e9
-            row["fraction"] = row["gbps"] / hw.memory_bandwidth_gbps
-        rows.append(row)
-        print(f"{op:9} {dt[:8]:8} {n >> 20:5d} {layout:17} {predicted:10} {row.get('path', '-'):10} "
-              f"{row.get('ms', 0):8.4f} {row.get('gbps', 0):6.0f} {row.get('fraction', 0):6.3f}", flush=True)
-        del fn, ins, out
-        if not args.dry_run:
-            torch.cuda.empty_cache()
+    if args.cases in ("layouts", "all"):
+        for op, layout, n, dt in cases():
+            if args.dry_run and n != SIZES[0]:
+                continue
+            size = n if not args.dry_run else HEADS * SEQ * HEAD_DIM  # one sequence on the CPU
+            kclass = "pointwise" if op in ("mul", "add") else "copy"
+            row = {"op": op, "dtype": dt, "elements": n, "layout": layout}
+            rows.append(measured(row, kclass, *case(op, layout, size, dt, device), args, hw))
+    if args.cases in ("scores", "all"):
+        for shape in SCORE_SHAPES if not args.dry_run else (DRY_SCORES,):
+            for name, _ in SCORE_CASES:
+                fill = name in ("where-fp32-fill", "masked_fill-fp32")
+                row = {"op": "score", "dtype": "scores", "elements": math.prod(shape), "layout": name,
+                       "shape": list(shape)}
+                rows.append(measured(row, "copy" if fill else "pointwise", *score_case(name, shape, device), args, hw))
     return {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "gpu_profile": hw.key,
             "bandwidth_gbps": hw.memory_bandwidth_gbps, "rows": rows, "summary": summary(rows)}
 
 
+def measured(row: dict[str, Any], kclass: str, fn: Callable[[], Any], ins: list[Any], out: Any,
+             args: argparse.Namespace, hw: Any) -> dict[str, Any]:
+    """``row`` with the path shapelint predicts for the call and its bytes, and, on a GPU,
+    the kernels it launched, their path, and its time and fraction of the bandwidth."""
+    import torch
+
+    from shapelint.capture.op_traffic import stored_bytes, stream_access
+
+    row["predicted"] = stream_access(kclass, ins, [out])[1]
+    row["bytes"] = nbytes = sum(stored_bytes(t) for t in ins) + stored_bytes(out)
+    if not args.dry_run:
+        row["kernels"] = kernel_names(fn)
+        row["path"] = path_of(row["kernels"])
+        row["cast"] = dynamic_cast(row["kernels"])
+        row["ms"] = time_ms(fn, args.reps, args.rounds)
+        row["gbps"] = nbytes / (row["ms"] * 1e-3) / 1e9
+        row["fraction"] = row["gbps"] / hw.memory_bandwidth_gbps
+        row["agrees"] = agrees(row)
+    print(f"{row['op']:16} {row['dtype'][:8]:8} {row['elements'] >> 20:5d} {row['layout']:17} {row['predicted']:11} "
+          f"{row.get('path', '-'):10} {'yes' if row.get('cast') else '-':4} {row.get('ms', 0):8.4f} "
+          f"{row.get('gbps', 0):6.0f} {row.get('fraction', 0):6.3f}", flush=True)
+    del fn, ins, out
+    if not args.dry_run:
+        torch.cuda.empty_cache()
+    return row
+
+
 def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The median fraction of bandwidth by (predicted path, dtype, op kind), and whether
-    every kernel took the path predicted (vectorised or not)."""
+    """The median fraction of bandwidth by (predicted path, dtype, op kind) (the score
+    cases by path and case), and whether every kernel took the path predicted."""
     out = []
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        kind = "binary" if r["op"] in ("mul", "add") else r["op"]
+        kind = "binary" if r["op"] in ("mul", "add") else r["layout"] if r["op"] == "score" else r["op"]
         groups.setdefault((r["predicted"], r["dtype"], kind), []).append(r)
     if rows and "fraction" in rows[0]:
-        print(f"\n{'predicted':10} {'dtype':8} {'op':9} {'n':>3} {'median frac':>11} {'min':>6} {'max':>6} paths")
+        print(f"\n{'predicted':11} {'dtype':8} {'op':17} {'n':>3} {'median frac':>11} {'min':>6} {'max':>6} paths")
     for (pred, dt, kind), rs in sorted(groups.items()):
         fr = [r["fraction"] for r in rs if "fraction" in r]
         if not fr:
             continue
-        agree = all((r["path"] == "vectorized") == (pred == "vectorized") and (pred != "strided" or r["path"] == "legacy")
-                    for r in rs)
+        agree = all(r["agrees"] for r in rs)
         out.append({"predicted": pred, "dtype": dt, "op": kind, "cases": len(rs), "median": statistics.median(fr),
                     "min": min(fr), "max": max(fr), "paths_agree": agree})
-        print(f"{pred:10} {dt[:8]:8} {kind:9} {len(rs):3d} {statistics.median(fr):11.3f} {min(fr):6.3f} "
+        print(f"{pred:11} {dt[:8]:8} {kind:17} {len(rs):3d} {statistics.median(fr):11.3f} {min(fr):6.3f} "
               f"{max(fr):6.3f} {'ok' if agree else 'MISMATCH'}")
+    casts = [r for r in rows if r["predicted"] == "cast_offset" and "fraction" in r]
+    if casts:
+        fr = [r["fraction"] for r in casts]
+        ps = [1e9 * r["ms"] / r["elements"] for r in casts]
+        print(f"\ncast_offset: {len(casts)} cases, {statistics.median(ps):.2f} ps an element (min {min(ps):.2f}, max "
+              f"{max(ps):.2f}), {statistics.median(fr):.3f} of the bandwidth (min {min(fr):.3f}, max {max(fr):.3f}): "
+              "the profile's step.cast_offset_element_ps and step.cast_offset_efficiency (the longer of the two)")
     return out
 
 
@@ -205,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the GPU profile whose datasheet bandwidth the fractions are of (default: this GPU's)")
     ap.add_argument("--reps", type=int, default=20, help="calls per timed block")
     ap.add_argument("--rounds", type=int, default=5, help="timed blocks (the median is kept)")
+    ap.add_argument("--cases", choices=("layouts", "scores", "all"), default="all",
+                    help="the layout cases, the attention-score cases (casts of a broadcast bias), or both")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: list the cases and the predicted paths")
     ap.add_argument("--json", default=None, help="write every row here")
     args = ap.parse_args(argv)

@@ -67,10 +67,11 @@ def test_operands_of_different_shapes_are_judged_one_by_one() -> None:
     assert elementwise_access([sliced, x], [torch.cat([sliced, x], -1)]) == "strided"
 
 
-def test_a_cast_takes_one_step_down_and_a_contiguous_one_its_own_rate() -> None:
+def test_a_contiguous_cast_is_unrolled_and_any_other_takes_the_cast_offset_path() -> None:
     """fp32 -> bf16 has a copy kernel of its own (vectorised); bf16 -> fp32 and a binary op
     over bf16 and fp32 run TensorIterator's dynamic cast: unrolled where contiguous,
-    the offset-calculator kernel otherwise."""
+    the offset-calculator kernel with a cast per element otherwise (``cast_offset``, not
+    the strided path it was priced as before)."""
     x = torch.randn(B, T, H * D)
     low = x.to(torch.bfloat16)
     assert not casts([x], [low]) and stream_access("copy", [x], [low]) == (4, "vectorized")
@@ -79,7 +80,7 @@ def test_a_cast_takes_one_step_down_and_a_contiguous_one_its_own_rate() -> None:
     into = torch.empty_like(low)
     assert not casts([into, x], [into])  # into.copy_(x): fp32 -> bf16, the destination read too
     q, cos = q_heads(torch.bfloat16), torch.randn(1, 1, T, D)
-    assert stream_access("pointwise", [q, cos], [q * cos]) == (4, "strided")
+    assert stream_access("pointwise", [q, cos], [q * cos]) == (4, "cast_offset")
     mask = torch.ones(B, T, H * D, dtype=torch.bool)
     assert not casts([mask, x, x], [x])  # a mask is the kernel's own type
     assert stream_access("reduction", [low], [x]) == (4, "vectorized")  # not an elementwise kernel
@@ -125,17 +126,21 @@ def test_qwen3_step_prices_rope_and_q_norm_on_transposed_heads_as_coalesced() ->
     gradients over the transposed q and k), broadcasts and casts vectorised: 225.8 ms of
     GPU time, a 233.2 ms step. Now 1,577 ops run the coalesced path (broadcasts, the
     transposed heads, contiguous casts) and 281 the strided one (rotate_half's slices,
-    casts off the vectorised path): 218.0 ms, a 224.0 ms step. rotate_half's ``cat`` now
-    reads the halves it joins (it had been priced as its write alone): 218.9 ms. Measured
-    on an H100 (``--verify --step``, 2026-11-23, docs/benchmarks.md): 220.9 ms."""
+    casts off the vectorised path): 218.0 ms, a 224.0 ms step. Then 112 of the strided ones,
+    q_norm's and k_norm's fp32 weight times bf16 heads forward and backward, took the
+    cast_offset path (169 strided left), priced by their elements or bytes: 219.0 ms, a
+    224.1 ms step (their profiled kernels: 7.13 ms, priced 7.93); rotate_half's ``cat`` now
+    reads the halves it joins (it had been priced as its write alone): 219.9 ms. Measured on an H100
+    (``--verify --step``, 2026-11-23, docs/benchmarks.md): 220.9 ms."""
     from shapelint.app import api
 
     report = api.lint_target(QWEN3, gpu="h100", batch=8, seq=1024)
     ops = report.result.step_model.step.ops
     coalesced = [o for o in ops if o.coalesced]
     strided = [o for o in ops if o.strided]
-    assert (len(coalesced), len(strided)) == (1577, 281)
-    assert report.step_time.gpu_ms == pytest.approx(218.9, rel=1e-3)
+    cast_offset = [o for o in ops if o.cast_offset]
+    assert (len(coalesced), len(strided), len(cast_offset)) == (1577, 169, 112)
+    assert report.step_time.gpu_ms == pytest.approx(219.9, rel=1e-3)
     assert report.step_time.ms == pytest.approx(220.9, rel=0.03)
 
 
@@ -168,3 +173,29 @@ def test_a_contiguous_upcast_is_priced_at_the_cast_rate_and_the_downcast_vectori
     assert op_ms(down, H100) == memory_kernel_ms(down.bytes, H100.step.elementwise_efficiency, H100)
     assert up.cast and up.coalesced and not up.strided and up.bytes == 6 * B * T * H * D
     assert op_ms(up, H100) == memory_kernel_ms(up.bytes, H100.step.cast_efficiency, H100)
+
+
+class MaskedScores(nn.Module):
+    """MPT-7B's fp32 scores masked out of place, at MPT-7B's shape (8 x 1024, 32 heads)."""
+
+    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return scores.masked_fill(mask, torch.finfo(torch.float32).min)
+
+
+def test_an_out_of_place_masked_fill_is_a_clone_and_the_fill_in_place() -> None:
+    """aten's ``masked_fill`` clones its input (a device-to-device memcpy) and fills the
+    clone in place: two kernels. On an H100 (2026-11-26, ``benchmarks/pointwise_layouts.py
+    --cases scores``, docs/data/score_casts_h100_2026-11-26.json) MPT-7B's fp32 [8, 32,
+    1024, 1024] masked_fill with a [8, 1, 1024, 1024] mask took 1.627 ms; its bytes read and
+    written once were priced 0.946 ms."""
+    from shapelint.price.kernels import clone_ms, op_kernels
+
+    b, h, t = 8, 32, 1024
+    cap, _ = trace(lambda: (MaskedScores(), (torch.randn(b, h, t, t), torch.zeros(b, 1, t, t, dtype=torch.bool))),
+                   precision="fp32", training=False)
+    (fill,) = [o for o in cap.ops if o.name == "masked_fill"]
+    scores = b * h * t * t * 4
+    assert fill.bytes == 2 * scores + b * t * t and fill.coalesced and op_kernels(fill) == 2
+    assert clone_ms(fill, H100) == memory_kernel_ms(2 * scores, H100.step.elementwise_efficiency, H100)
+    assert op_ms(fill, H100) == pytest.approx(0.946 + 0.708, abs=1e-3)
+    assert op_ms(fill, H100) == pytest.approx(1.627, rel=0.03)  # the measured time

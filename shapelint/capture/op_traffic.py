@@ -15,6 +15,9 @@ from shapelint.physics.kernels import SOFTMAX
 
 #: how a copy or pointwise kernel walks memory (:func:`elementwise_access`)
 Access = Literal["vectorized", "coalesced", "strided"]
+#: the kernel path of a copy or pointwise op (:func:`stream_access`): how it walks memory,
+#: or ``cast_offset``, a dynamic cast where the iteration is not one contiguous run
+KernelPath = Literal["vectorized", "coalesced", "strided", "cast_offset"]
 
 #: bytes a warp must read in one run of the innermost dimension for its loads to fill
 #: whole 32-byte sectors: a shorter run wastes most of every sector it touches
@@ -22,27 +25,40 @@ SECTOR_BYTES = 32
 
 
 def stream_layout(kclass: str, tensors: list[torch.Tensor], outputs: int = 0) -> tuple[int, bool]:
-    """(the widest floating element size, whether a copy or pointwise op reads or writes
-    memory strided: :func:`elementwise_access` says ``strided``). ``tensors`` holds the
-    op's inputs, then its ``outputs`` outputs (the last ones)."""
+    """(the widest floating element size, whether a copy or pointwise op takes the
+    ``strided`` path of :func:`stream_access`). ``tensors`` holds the op's inputs, then
+    its ``outputs`` outputs (the last ones)."""
     split = len(tensors) - outputs
-    widest, access = stream_access(kclass, tensors[:split], tensors[split:])
-    return widest, access == "strided"
+    widest, path = stream_access(kclass, tensors[:split], tensors[split:])
+    return widest, path == "strided"
 
 
-def stream_access(kclass: str, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> tuple[int, Access]:
+def stream_access(kclass: str, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> tuple[int, KernelPath]:
     """(the widest floating element size, the path the op's kernel takes): a copy or
-    pointwise op as :func:`elementwise_access` says, one step slower where it casts
-    (:func:`casts`: a contiguous cast runs ``unrolled_elementwise_kernel``, loading one
-    element at a time, as the coalesced path does; any other cast the offset-calculator
-    kernel with a cast per element); any other op ``vectorized`` (its own kernel's rate
-    prices it)."""
-    widest = max((t.element_size() for t in (*ins, *outs) if t.is_floating_point()), default=2)
+    pointwise op as :func:`elementwise_access` says, but where it casts (:func:`casts`):
+
+    - a contiguous cast runs ``unrolled_elementwise_kernel``, loading one element at a
+      time as the coalesced path does: ``coalesced`` (the op's ``cast`` flag prices it at
+      the contiguous cast rate);
+    - any other cast, ``cast_offset``: ``elementwise_kernel<128, vt>`` with an
+      ``OffsetCalculator`` and a dynamic cast of every element it loads and stores
+      (``gpu_kernel_impl``, not ``gpu_kernel_impl_nocast``, in CUDALoops.cuh), whether its
+      tensors are dense (a broadcast fp32 ALiBi bias or mask added to bf16 attention
+      scores) or have gaps (MPT's ALiBi sliced from rows of ``max_seq_len``): the cast
+      of every element, not the sectors, bounds it, at a rate of its own.
+
+    Any other op is ``vectorized`` (its own kernel's rate prices it). The width is of the
+    tensors the kernel iterates over: a one-element operand (``torch.where``'s fp32 fill,
+    which ``where`` converts to the scores' dtype before its bf16 kernel runs) does not
+    widen it."""
+    floats = [t for t in (*ins, *outs) if t.is_floating_point()]
+    widest = max((t.element_size() for t in floats if t.numel() > 1), default=0) or \
+        max((t.element_size() for t in floats), default=2)
     if kclass not in ("copy", "pointwise"):
         return widest, "vectorized"
     access = elementwise_access(ins, outs)
     if casts(ins, outs):
-        return widest, "coalesced" if access == "vectorized" else "strided"
+        return widest, "coalesced" if access == "vectorized" else "cast_offset"
     return widest, access
 
 

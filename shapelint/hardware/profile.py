@@ -35,6 +35,14 @@ class StepProfile:
     #: a contiguous copy or pointwise kernel that casts (bf16 -> fp32, bf16 + fp32):
     #: TensorIterator's ``unrolled_elementwise_kernel`` with a dynamic cast
     cast_efficiency: float
+    #: a copy or pointwise kernel that casts where its iteration is not one contiguous run
+    #: (a bf16 score plus a broadcast fp32 ALiBi bias or mask): ``elementwise_kernel<128,
+    #: vt>`` with an offset calculator and a dynamic cast of every element. It takes this
+    #: much GPU time per element it iterates over, picoseconds, whatever the elements'
+    #: width, or its bytes at this fraction of the bandwidth, whichever is longer
+    #: (``shapelint.price.kernels.cast_offset_ms``)
+    cast_offset_element_ps: float
+    cast_offset_efficiency: float
     #: a copy that transposes (Inductor's pad of a transposed GEMM operand)
     transpose_copy_efficiency: float
     #: the fused multi-tensor optimizer kernels

@@ -51,7 +51,9 @@ class Op:
     #: permutations that agree on the innermost dimension (a transposed q beside q)
     coalesced: bool = False
     #: a copy or pointwise op that TensorIterator runs with a dynamic cast (its floating
-    #: tensors of two dtypes, but the fp32 -> bf16/fp16 copy): never vectorised
+    #: tensors of two dtypes, but the fp32 -> bf16/fp16 copy): never vectorised. Contiguous,
+    #: it is also ``coalesced`` (``unrolled_elementwise_kernel``); otherwise neither
+    #: ``coalesced`` nor ``strided``: :attr:`cast_offset`
     cast: bool = False
     #: the shape of the activation a batch norm normalises (N, C, spatial...): PyTorch's
     #: NCHW batch-norm kernels give each channel one block (``shapelint.physics.
@@ -60,3 +62,12 @@ class Op:
     #: a softmax's row, the length of the dimension it normalises: PyTorch's CUDA softmax
     #: runs a warp per row where the row fits one (``shapelint.physics.kernels.warp_softmax``)
     row: int = 0
+
+    @property
+    def cast_offset(self) -> bool:
+        """A cast where the iteration is not one contiguous run (``shapelint.capture.
+        op_traffic.stream_access``'s ``cast_offset``): TensorIterator's offset-calculator
+        kernel with a dynamic cast per element, as a bf16 score plus an fp32 ALiBi bias or
+        mask broadcast over it runs, at a rate of its own."""
+        return self.cast and not (self.coalesced or self.strided)
+

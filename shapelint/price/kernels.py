@@ -22,7 +22,7 @@ from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm, Op, Work
 from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, bias_grad_bytes, head_dim, math_kernel
 from shapelint.physics.conv_kernels import BATCH_NORM
-from shapelint.physics.kernels import warp_softmax
+from shapelint.physics.kernels import CLONE_FIRST, warp_softmax
 from shapelint.price.batch_norm import batch_norm_ms
 from shapelint.price.gemm import CAUSAL_WORK, fused_dropout_ms, gemm_ms, mask_efficiency, total_ms
 
@@ -66,19 +66,48 @@ def op_ms(op: Op, hw: Hardware) -> float:
         eff = s.elementwise_efficiency  # a warp per row, the row in registers: one streaming pass
     elif op.kind == "reduction":
         eff = s.reduction_efficiency
+    elif op.kind in ("copy", "pointwise") and op.cast_offset:
+        return cast_offset_ms(op, hw)
     elif op.kind in ("copy", "pointwise") and (op.strided or op.coalesced):
         eff = _unvectorised_efficiency(op, hw)
     else:
         eff = s.elementwise_efficiency
-    return memory_kernel_ms(op.bytes, eff, hw)
+    return memory_kernel_ms(op.bytes, eff, hw) + clone_ms(op, hw)
+
+
+def cast_offset_ms(op: Op, hw: Hardware) -> float:
+    """A cast off one contiguous run (``Op.cast_offset``: the offset-calculator kernel
+    computing each operand's offset and casting each element it loads and stores): bound
+    by the elements it iterates over, whatever their width (``cast_offset_element_ps``
+    each: on an H100 bf16 scores plus a broadcast fp32 mask took about the same time into
+    a bf16 output as into an fp32 one), or by its bytes at ``cast_offset_efficiency``
+    where it moves more (two full-size operands, as q_norm's gradient beside the
+    transposed heads), whichever is longer."""
+    s = hw.step
+    return max(memory_kernel_ms(op.bytes, s.cast_offset_efficiency, hw), 1e-9 * op.numel * s.cast_offset_element_ps)
+
+
+def clone_ms(op: Op, hw: Hardware) -> float:
+    """The clone an out-of-place op runs before it works in place (``shapelint.physics.
+    kernels.CLONE_FIRST``: ``masked_fill``): what it writes, read and written once more
+    by a contiguous copy at the copy rate; 0 for any other op."""
+    if op.name not in CLONE_FIRST:
+        return 0.0
+    return memory_kernel_ms(2 * sum(n for _, n in op.writes), hw.step.elementwise_efficiency, hw)
+
+
+def op_kernels(op: Op) -> int:
+    """Kernels an eager memory-bound op launches: two where it clones first."""
+    return 2 if op.name in CLONE_FIRST else 1
 
 
 def _unvectorised_efficiency(op: Op, hw: Hardware) -> float:
     """A copy or pointwise op off TensorIterator's vectorised path
-    (``shapelint.capture.op_traffic.stream_access``): strided; a contiguous cast
-    (``unrolled_elementwise_kernel``); coalesced, by the width of its elements (the
-    kernel loads one element a thread at a time: 2-byte elements run at the strided rate,
-    which calibrate measures on a bf16 copy of this path)."""
+    (``shapelint.capture.op_traffic.stream_access``) but a cast off one contiguous run
+    (:func:`cast_offset_ms`): strided; a contiguous cast (``unrolled_elementwise_kernel``);
+    coalesced, by the width of its elements (the kernel loads one element a thread at a
+    time: 2-byte elements run at the strided rate, which calibrate measures on a bf16
+    copy of this path)."""
     s = hw.step
     if op.strided:
         return s.strided_copy_efficiency
@@ -179,4 +208,4 @@ def flash_pad_ms(scores: Gemm, hw: Hardware) -> float | None:
 
 
 __all__ = ["MODES", "OPTIMIZER_PASSES", "Mode", "attention_ms", "flash_pad_ms", "memory_kernel_ms",
-           "op_ms", "optimizer_ms", "work_ms"]
+           "cast_offset_ms", "clone_ms", "op_kernels", "op_ms", "optimizer_ms", "work_ms"]
