@@ -286,14 +286,14 @@ class Recorder:
         """Add one op to the op stream (a GEMM or attention op as a marker of ``gemms`` records)."""
         name = _inference_batch_norm(name, args)
         kclass = _stream_class(name, gemms)
-        ins = tensors_of(args) + tensors_of(kwargs.values())
+        listed = tensors_of(args[0]) if name in _CONCAT and args else []  # what a cat reads (a list)
+        ins = tensors_of(args) + tensors_of(kwargs.values()) + listed
         outs = tensors_of(out if isinstance(out, (tuple, list)) else (out,))
         if kclass is None:  # a view: its outputs are its input's data
             for o in outs if ins else ():
                 self.serial(o, ins[0])
             return
-        listed = tensors_of(args[0]) if name in _CONCAT and args else []  # what a cat reads (a list)
-        nbytes, reads, writes = self._traffic(name, kclass, "out" in kwargs, ins + listed, outs)
+        nbytes, reads, writes = self._traffic(name, kclass, "out" in kwargs, ins, outs)
         widest, access = stream_access(kclass, ins, outs)
         backward = not self._stack and torch._C._current_autograd_node() is not None
         owner = self._stack[-1].path if self._stack else ""
