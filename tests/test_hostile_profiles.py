@@ -149,3 +149,16 @@ def test_the_local_gpu_is_asked_once_per_process(monkeypatch: pytest.MonkeyPatch
         assert registry.default_gpu().key == "h100-sxm" and calls == [1]
     finally:
         registry.local_gpu.cache_clear()
+
+
+@pytest.mark.parametrize("value", [0, 0.5, -1])
+def test_a_gain_below_one_is_refused_with_its_key(value: float) -> None:
+    """``fused_forward_solo_speedup`` divides a wave's time: 0 would divide by zero in the
+    pricer, and below 1 a partial wave would cost more than a full one."""
+    doc = {**SHIPPED, "step": {**SHIPPED.get("step", {}), "fused_forward_solo_speedup": value}}
+    with pytest.raises(ShapelintError) as info:
+        profile_from_dict(doc, "h200", "p.yaml")
+    assert f"step.fused_forward_solo_speedup must be at least 1, got {value}" in str(info.value)
+    ok = profile_from_dict({**SHIPPED, "step": {**SHIPPED.get("step", {}), "fused_forward_solo_speedup": 1.3}},
+                           "h200", "p.yaml")
+    assert ok.step.fused_forward_solo_speedup == 1.3

@@ -154,6 +154,9 @@ def _step(value: Any, what: str) -> None:
             raise ShapelintError(f"{what}: unknown key {key!r} (known: {', '.join(STEP_KEYS)})")
         if key.endswith("_efficiency"):
             fraction(x, f"{what}.{key}")
+        elif key.endswith("_speedup"):  # a gain: below 1 a part would cost more than the whole
+            if number(x, f"{what}.{key}") < 1:
+                raise ShapelintError(f"{what}.{key} must be at least 1, got {show(x)}")
         elif number(x, f"{what}.{key}") < 0:
             raise ShapelintError(f"{what}.{key} must not be negative, got {show(x)}")
 
