@@ -6,6 +6,7 @@ the same ops."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from _rules import run_rule
 from shapelint.rules import sl302_materialized_attention as sl302
@@ -103,3 +104,21 @@ def test_a_graphed_block_runs_as_issued_off_the_gpu() -> None:
     grads = block[0]()  # q, k, v and the bias standing for the sinks (their gradient is read)
     assert len(grads) == 4 and grads[0].shape == grads[2].shape == (1, B * H, T, D)
     assert grads[3].shape == (1, B * H, T, T)
+
+
+def test_a_block_that_cannot_be_captured_on_the_gpu_is_refused_not_mixed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a side cannot be captured, ``graphed`` hands back the callable as issued; one
+    side graphed beside one timed at the host's pace would be a ratio of two clocks, so
+    ``both_graphed`` refuses the block on the GPU (the corpus run records the error)."""
+    from shapelint.measure import kernels
+
+    def before() -> int:
+        return 1
+
+    def after() -> int:
+        return 2
+
+    monkeypatch.setattr(kernels, "graphed", lambda fn, device: (lambda: 0) if fn is before else fn)
+    with pytest.raises(RuntimeError, match="cannot be captured as a CUDA graph"):
+        kernels.both_graphed((before, after), "cuda")
+    assert kernels.both_graphed((before, after), "cpu")[1] is after  # off the GPU: as issued, by design

@@ -135,7 +135,8 @@ def graphed(fn: Callable[[], object], device: str) -> Callable[[], object]:
     each kernel (a standalone block of small kernels, forward and backward through
     autograd, is otherwise timed at the host's pace: perceiver-pytorch's latent
     self-attention, 0.66 ms queued against about 0.1 ms of kernels). ``fn`` itself on
-    the CPU, or where the block cannot be captured."""
+    the CPU, or where the block cannot be captured (:func:`both_graphed` then refuses the
+    block)."""
     import torch
 
     if not device.startswith("cuda"):
@@ -206,9 +207,21 @@ def gpu_block_runner(device: str = "cuda", graph: bool = False) -> BlockRunner:
             inputs = (q, k, v, *learned)
             sides = (lambda: torch.autograd.grad(unfused_forward(), inputs, grad),
                      lambda: torch.autograd.grad(fused_forward(), inputs, grad))
-        return (graphed(sides[0], device), graphed(sides[1], device)) if graph else sides
+        return both_graphed(sides, device) if graph else sides
 
     return runner
+
+
+def both_graphed(sides: tuple[Callable[[], object], Callable[[], object]],
+                 device: str) -> tuple[Callable[[], object], Callable[[], object]]:
+    """Both sides of a block as CUDA graphs, or an error where either cannot be captured
+    on the GPU: one side graphed and the other timed as issued would mix GPU time with the
+    host's pace (off the GPU both stay as issued)."""
+    out = (graphed(sides[0], device), graphed(sides[1], device))
+    if device.startswith("cuda") and any(g is fn for g, fn in zip(out, sides)):
+        raise RuntimeError("the block cannot be captured as a CUDA graph (a kernel that synchronises); "
+                           "not timed as graphs")
+    return out
 
 
 __all__ = ["BlockRunner", "Runner", "gpu_block_runner", "gpu_runner", "graphed", "kernel_key", "materialize"]
