@@ -51,6 +51,7 @@ from shapelint.hardware import Hardware
 from shapelint.model.records import Change, Gemm, Op, Proposal, Severity, Suggestion, Work
 from shapelint.physics.attention import GEMM_PASSES_BACKWARD, GEMM_PASSES_FORWARD, HandWritten, find_hand_written, fused_added
 from shapelint.physics.score_chain import (
+    chain_kernels,
     chain_names,
     chain_needs,
     chain_traffic_bytes,
@@ -129,7 +130,7 @@ def _proposal(atts: list[HandWritten], context: RuleContext) -> Proposal:
         tuple(g for att in atts for g in att.fused(needs)), _message(first, score_bytes, chain, training),
         (("seq_q", first.tq), ("seq_k", first.tk), ("head_dim", first.qk.k), ("score_bytes", score_bytes),
          ("score_passes", passes), ("traffic_bytes", score_bytes * passes),
-         ("softmax_bytes", softmax_bytes_of(atts)), ("chain_bytes", chain_bytes), ("score_kernels", len(chain))),
+         ("softmax_bytes", softmax_bytes_of(atts)), ("chain_bytes", chain_bytes), ("score_kernels", chain_kernels(chain))),
         added=fused_added(atts, needs),
         fuses=chain,
     )

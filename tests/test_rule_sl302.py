@@ -19,7 +19,7 @@ from shapelint.physics.attention import softmax_traffic_bytes
 from shapelint.pipeline.run import trace
 from shapelint.price import StepModel
 from shapelint.price.gemm import total_ms
-from shapelint.price.kernels import op_kernels, op_ms, work_ms
+from shapelint.price.kernels import eager_launches, op_ms, work_ms
 from shapelint.price.step import Step, step_time
 
 H100 = resolve("h100")
@@ -160,8 +160,11 @@ def test_the_score_chain_is_priced_op_by_op_as_recorded() -> None:
     by = {g.index: g for g in cap.gemms}
     covered = [by[i] for i in f.gemms]
     assert abs(f.est_ms - (total_ms(covered, H100) + sum(op_ms(op, H100) for op in f.fuses))) < 1e-9
-    assert f.fact("score_kernels") == 10
-    assert f.fact("chain_bytes") == sum(op.bytes for op in f.fuses)
+    # the facts count what pricing counts: each masked_fill is a clone and a fill in place
+    assert f.fact("score_kernels") == 12
+    clones = sum(2 * sum(n for _, n in op.writes) for op in f.fuses if op.name == "masked_fill")
+    assert clones == 2 * 2 * 2 * scores  # two masked_fills, each writing the bf16 scores
+    assert f.fact("chain_bytes") == sum(op.bytes for op in f.fuses) + clones
     assert f.fact("softmax_bytes") == softmax_traffic_bytes(scores, 2, True)  # its meaning kept
     assert "mul, masked_fill, _to_copy, _softmax kernels (and their backward)" in f.message
     # after: cuDNN (a constant mask) with the mask as an additive bias, at bias_attention_efficiency
@@ -175,7 +178,7 @@ def test_the_step_runs_the_fused_chain_no_more() -> None:
     before = step_time(step, H100)
     after = step_time(step, H100, fused=frozenset(op.index for op in f.fuses))
     # an out-of-place masked_fill is two kernels, a clone and the fill in place
-    launched = sum(op_kernels(op) for op in f.fuses)
+    launched = sum(eager_launches(op) for op in f.fuses)
     assert launched == len(f.fuses) + 2  # the forward's masked_fill and its backward's
     chain_ms = sum(op_ms(op, H100) for op in f.fuses) + launched * H100.step.kernel_gap_us * 1e-3
     assert after.kernels == before.kernels - launched

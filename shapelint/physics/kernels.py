@@ -53,6 +53,18 @@ COPY: frozenset[str] = frozenset({
 CLONE_FIRST: frozenset[str] = frozenset({"masked_fill"})
 
 
+def launches(name: str) -> int:
+    """Kernels an eager copy or pointwise op named ``name`` launches: two where it clones
+    first (:data:`CLONE_FIRST`), else one."""
+    return 2 if name in CLONE_FIRST else 1
+
+
+def clone_bytes(name: str, written: int) -> int:
+    """Bytes the clone before a :data:`CLONE_FIRST` op moves (what the op writes, read and
+    written once more); 0 for any other op."""
+    return 2 * written if name in CLONE_FIRST else 0
+
+
 #: row reductions: softmax, normalisations, losses, sums
 REDUCTION: frozenset[str] = frozenset({
     "sum", "mean", "amax", "amin", "max", "min", "var_mean", "var", "std", "norm", "linalg_vector_norm",

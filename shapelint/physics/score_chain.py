@@ -19,6 +19,7 @@ from shapelint.physics.attention import (
     softmax_traffic_bytes,
 )
 from shapelint.physics.gemm_shapes import ADDS_INPUT
+from shapelint.physics.kernels import clone_bytes, launches
 
 
 def softmax_bytes_of(atts: Sequence[HandWritten]) -> int:
@@ -28,9 +29,17 @@ def softmax_bytes_of(atts: Sequence[HandWritten]) -> int:
 
 
 def chain_traffic_bytes(atts: Sequence[HandWritten], chain: Sequence[Op]) -> int:
-    """Bytes the score chain's ops move; where there is no op stream (a chain of none),
-    the softmax's own passes (:func:`softmax_bytes_of`)."""
-    return sum(op.bytes for op in chain) or softmax_bytes_of(atts)
+    """Bytes the score chain's ops move, a clone before an op included
+    (``shapelint.physics.kernels.clone_bytes``: ``masked_fill``'s); where there is no op
+    stream (a chain of none), the softmax's own passes (:func:`softmax_bytes_of`)."""
+    moved = sum(op.bytes + clone_bytes(op.name, sum(n for _, n in op.writes)) for op in chain)
+    return moved or softmax_bytes_of(atts)
+
+
+def chain_kernels(chain: Sequence[Op]) -> int:
+    """Kernels the score chain's ops launch (``shapelint.physics.kernels.launches``: two
+    for an op that clones first)."""
+    return sum(launches(op.name) for op in chain)
 
 
 def chain_names(chain: Sequence[Op]) -> str:

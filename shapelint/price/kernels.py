@@ -22,7 +22,7 @@ from shapelint.hardware import Hardware
 from shapelint.model.records import Gemm, Op, Work
 from shapelint.physics.attention import FLASH_PAD_COPIES, FLASH_PAD_TO, bias_grad_bytes, head_dim, math_kernel
 from shapelint.physics.conv_kernels import BATCH_NORM
-from shapelint.physics.kernels import CLONE_FIRST, warp_softmax
+from shapelint.physics.kernels import clone_bytes, launches, warp_softmax
 from shapelint.price.batch_norm import batch_norm_ms
 from shapelint.price.gemm import CAUSAL_WORK, fused_dropout_ms, gemm_ms, mask_efficiency, total_ms
 
@@ -91,14 +91,14 @@ def clone_ms(op: Op, hw: Hardware) -> float:
     """The clone an out-of-place op runs before it works in place (``shapelint.physics.
     kernels.CLONE_FIRST``: ``masked_fill``): what it writes, read and written once more
     by a contiguous copy at the copy rate; 0 for any other op."""
-    if op.name not in CLONE_FIRST:
-        return 0.0
-    return memory_kernel_ms(2 * sum(n for _, n in op.writes), hw.step.elementwise_efficiency, hw)
+    moved = clone_bytes(op.name, sum(n for _, n in op.writes))
+    return memory_kernel_ms(moved, hw.step.elementwise_efficiency, hw) if moved else 0.0
 
 
-def op_kernels(op: Op) -> int:
-    """Kernels an eager memory-bound op launches: two where it clones first."""
-    return 2 if op.name in CLONE_FIRST else 1
+def eager_launches(op: Op) -> int:
+    """Kernels an eager copy or pointwise op launches (``shapelint.physics.kernels.launches``:
+    two where it clones first)."""
+    return launches(op.name)
 
 
 def _unvectorised_efficiency(op: Op, hw: Hardware) -> float:
@@ -208,4 +208,4 @@ def flash_pad_ms(scores: Gemm, hw: Hardware) -> float | None:
 
 
 __all__ = ["MODES", "OPTIMIZER_PASSES", "Mode", "attention_ms", "flash_pad_ms", "memory_kernel_ms",
-           "cast_offset_ms", "clone_ms", "op_kernels", "op_ms", "optimizer_ms", "work_ms"]
+           "cast_offset_ms", "clone_ms", "eager_launches", "op_ms", "optimizer_ms", "work_ms"]

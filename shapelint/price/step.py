@@ -63,7 +63,16 @@ from shapelint.price.inductor import (
     layout_optimized,
     transposed_made_in_graph,
 )
-from shapelint.price.kernels import MODES, OPTIMIZER_PASSES, Mode, attention_ms, memory_kernel_ms, op_kernels, op_ms, optimizer_ms
+from shapelint.price.kernels import (
+    MODES,
+    OPTIMIZER_PASSES,
+    Mode,
+    attention_ms,
+    eager_launches,
+    memory_kernel_ms,
+    op_ms,
+    optimizer_ms,
+)
 
 
 @dataclass(frozen=True)
@@ -259,7 +268,7 @@ def _issue_ops(t: Timeline, step: Step, hw: Hardware, mode: Mode, gemm_times: Ma
             t.add(op.kind, sum(record_ms(i) for i in op.gemms) if op.gemms else hw.min_gemm_us * 1e-3, launched,
                   python if mode == "compile" else 0.0)
         elif mode == "eager" and op.index not in fused:
-            t.add(op.kind, op_ms(op, hw), op_kernels(op))
+            t.add(op.kind, op_ms(op, hw), eager_launches(op))
         else:
             t.issued.append((0.0, 0, 0.0))  # fused into the regions; keeps positions for syncs
 
