@@ -310,24 +310,33 @@ def run_model(name: str, config: Path, bench: Bench) -> dict[str, Any]:
 
 def totals(doc: dict[str, Any]) -> dict[str, Any]:
     fs = [f for m in doc["models"] for f in m.get("findings", [])]
+    return {"models": len(doc["models"]), "done": sum(m.get("status") == "done" for m in doc["models"]),
+            **finding_totals(fs), **recall_totals(doc)}
+
+
+def finding_totals(fs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Precision and the estimates against the measured speedups (as issued, and as CUDA graphs)."""
     conf = sum(f["status"] == "confirmed" for f in fs)
     false = sum(f["status"] == "false alarm" for f in fs)
+    paired = [f for f in fs if f.get("within_25") is not None]
+    return {"findings": len(fs), "confirmed": conf, "false_alarms": false,
+            "not_measured": sum(f["status"] == "not measured" for f in fs),
+            "precision": conf / (conf + false) if conf + false else None,
+            "within_25": sum(bool(f["within_25"]) for f in paired), "compared": len(paired),
+            "graph_within_25": sum(bool(f.get("graph_within_25")) for f in fs),
+            "graph_compared": sum(f.get("graph_within_25") is not None for f in fs)}
+
+
+def recall_totals(doc: dict[str, Any]) -> dict[str, Any]:
+    """The costly misalignments, the misses and those no knob aligns."""
     costly = [x for m in doc["models"] if m.get("status") == "done" for x in m["misalignments"] if x["costly"]]
     misses = sum(x["miss"] for x in costly)
     # results saved before the no-knob class have no such key: all their misses had a knob
     without = sum(bool(x.get("no_knob_uncovered")) for x in costly)
     knob = len(costly) - without
-    paired = [f for f in fs if f.get("within_25") is not None]
-    return {"models": len(doc["models"]), "done": sum(m.get("status") == "done" for m in doc["models"]),
-            "findings": len(fs), "confirmed": conf, "false_alarms": false,
-            "not_measured": sum(f["status"] == "not measured" for f in fs),
-            "precision": conf / (conf + false) if conf + false else None,
-            "costly_misalignments": len(costly), "misses": misses, "no_knob": without,
+    return {"costly_misalignments": len(costly), "misses": misses, "no_knob": without,
             "recall": (knob - misses) / knob if knob else None,
-            "recall_all": (len(costly) - misses - without) / len(costly) if costly else None,
-            "within_25": sum(bool(f["within_25"]) for f in paired), "compared": len(paired),
-            "graph_within_25": sum(bool(f.get("graph_within_25")) for f in fs),
-            "graph_compared": sum(f.get("graph_within_25") is not None for f in fs)}
+            "recall_all": (len(costly) - misses - without) / len(costly) if costly else None}
 
 
 def reclassify(files: list[str], hw_key: str | None) -> dict[str, Any]:
@@ -350,7 +359,9 @@ def reclassify(files: list[str], hw_key: str | None) -> dict[str, Any]:
     args = doc.get("args", {})
     targets = corpus_targets(CORPORA[args.get("corpus", "tests")])  # saved before --corpus: tests
     for name, m in models.items():
-        if m.get("status") == "done":
+        if m.get("status") == "done" and name not in targets:  # a target since removed: kept as saved
+            m["reclassified"] = False
+        elif m.get("status") == "done":
             r = lint_target(targets[name], Options(batch=args.get("batch"), seq=args.get("seq")), hw,
                             check.load_rules(()))
             members = misaligned_groups(r.capture.gemms, hw)
@@ -414,6 +425,23 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
             "device": torch.cuda.get_device_name() if cuda else "cpu", "python": sys.version.split()[0]}
 
 
+def run_corpus(doc: dict[str, Any], targets: list[tuple[str, Path]], bench: Bench, out: Path) -> None:
+    """Each target linted and measured in turn, ``doc`` written after each (a model past
+    the budget is listed as out of time)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, target in targets:
+            if time.monotonic() > bench.deadline:
+                doc["models"].append({"model": name, "status": "out of time"})
+                continue
+            config = shrink(target, Path(tmp)) if bench.args.tiny and target.name == "config.json" else target
+            m = run_model(name, config, bench)
+            doc["models"].append(m)
+            write(out, doc)
+            fs = m.get("findings", [])
+            print(f"{name}: {m['status']}, {len(fs)} findings, "
+                  f"{sum(g['miss'] for g in m.get('misalignments', []))} misses, {m.get('time_s', 0)} s", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("models", nargs="*", help="corpus folder names (default: all)")
@@ -426,7 +454,9 @@ def main() -> int:
     p.add_argument("--gpu", help="GPU profile to lint for (default: the local GPU's; on --device cpu, h100)")
     p.add_argument("--batch", type=int)
     p.add_argument("--seq", type=int)
-    p.add_argument("--tiny", action="store_true", help="smoke test: 2 layers, batch 1 x seq 64 (unless given)")
+    p.add_argument("--tiny", action="store_true",
+                   help="smoke test: 2 layers (a config.json; a model.py builds as written), batch 1 x seq 64 "
+                        "(unless given)")
     p.add_argument("--reclassify", nargs="+", metavar="FILE",
                    help="saved results (a later file's model replaces an earlier one's): re-lint each done model on "
                         "the CPU, classify its misalignments (no knob, miss), write --out and print the table")
@@ -466,19 +496,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {"env": environment(args), "args": {k: v for k, v in vars(args).items() if k != "table"},
                            "gpu_profile": bench.hw.key, "miss_share": MISS_SHARE, "models": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
-            if time.monotonic() > bench.deadline:
-                doc["models"].append({"model": name, "status": "out of time"})
-                continue
-            target = found[name]
-            config = shrink(target, Path(tmp)) if args.tiny and target.name == "config.json" else target
-            m = run_model(name, config, bench)
-            doc["models"].append(m)
-            write(out, doc)
-            fs = m.get("findings", [])
-            print(f"{name}: {m['status']}, {len(fs)} findings, "
-                  f"{sum(g['miss'] for g in m.get('misalignments', []))} misses, {m.get('time_s', 0)} s", flush=True)
+    run_corpus(doc, [(name, found[name]) for name in names], bench, out)
     doc["elapsed_s"] = round(time.monotonic() - start, 1)
     write(out, doc)
     print(table(doc))
