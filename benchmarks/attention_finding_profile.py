@@ -44,8 +44,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-CORPUS = ROOT / "tests" / "corpus"
-REAL_CORPUS = ROOT / "benchmarks" / "real_corpus"
 #: (corpus model, module pattern of its finding): the three outside 25% and controls within
 TARGETS = (
     ("wavlm-base-plus", "encoder.layers.*.attention"),
@@ -184,11 +182,16 @@ def estimate_table(e: dict[str, Any]) -> str:
 
 
 def target_of(model: str) -> Path:
-    """A corpus model's target: tests/corpus/<model>/config.json, else the real corpus's
-    folder's model.py, else its config.json (as corpus_findings_gpu.py --corpus real takes it)."""
-    for path in (CORPUS / model / "config.json", REAL_CORPUS / model / "model.py", REAL_CORPUS / model / "config.json"):
-        if path.is_file():
-            return path
+    """A corpus model's target: the test corpus's, else the real corpus's, as
+    corpus_findings_gpu.py takes each (``corpus_findings_gpu.target_of``)."""
+    from corpus_findings_gpu import CORPORA
+    from corpus_findings_gpu import target_of as corpus_target
+
+    for corpus in CORPORA:
+        try:
+            return corpus_target(model, corpus)
+        except FileNotFoundError:
+            continue
     raise FileNotFoundError(f"no corpus target named {model}")
 
 

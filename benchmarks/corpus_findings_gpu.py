@@ -53,7 +53,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPORA = {"tests": ROOT / "tests" / "corpus", "real": ROOT / "benchmarks" / "real_corpus"}
-CORPUS = CORPORA["tests"]
 #: modules shapelint needs here, and why (checked before anything is imported)
 NEEDS = {"torch": "torch", "transformers": "transformers (builds the configs)", "yaml": "pyyaml (GPU profiles)",
          **({"tomli": "tomli (Python < 3.11)"} if sys.version_info < (3, 11) else {})}
@@ -82,13 +81,21 @@ def write(path: Path, doc: dict[str, Any]) -> None:
 
 def corpus_targets(corpus: Path) -> dict[str, Path]:
     """Each folder of ``corpus`` that holds a target, by name: its model.py, else its config.json."""
-    out = {}
-    for folder in sorted(p for p in corpus.iterdir() if p.is_dir()):
-        for name in ("model.py", "config.json"):
-            if (folder / name).is_file():
-                out[folder.name] = folder / name
-                break
-    return out
+    found = {folder.name: folder_target(folder) for folder in sorted(p for p in corpus.iterdir() if p.is_dir())}
+    return {name: target for name, target in found.items() if target is not None}
+
+
+def folder_target(folder: Path) -> Path | None:
+    """The target a corpus folder holds: its model.py, else its config.json (None: neither)."""
+    return next((folder / name for name in ("model.py", "config.json") if (folder / name).is_file()), None)
+
+
+def target_of(model: str, corpus: str = "tests") -> Path:
+    """The target this script lints for ``model`` of ``corpus`` (a name of :data:`CORPORA`)."""
+    target = folder_target(CORPORA[corpus] / model)
+    if target is None:
+        raise FileNotFoundError(f"no target named {model} in {CORPORA[corpus]}")
+    return target
 
 
 def shrink(config: Path, folder: Path) -> Path:

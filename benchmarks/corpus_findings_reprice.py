@@ -25,9 +25,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-#: the corpora corpus_findings_gpu.py measures (its ``--corpus``, saved in the results' args)
-CORPORA = {"tests": ROOT / "tests" / "corpus", "real": ROOT / "benchmarks" / "real_corpus"}
-WITHIN = 0.25  # estimated vs measured speedup, as corpus_findings_gpu.py counts it
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from corpus_findings_gpu import WITHIN, target_of  # noqa: E402  (the corpora and targets it measures)
 
 
 def relint(model: str, stored: dict[str, Any], gpu: str) -> dict[tuple[str, str], float | None]:
@@ -41,14 +41,6 @@ def relint(model: str, stored: dict[str, Any], gpu: str) -> dict[tuple[str, str]
     r = lint_target(target_of(model, args.get("corpus") or "tests"),
                     Options(batch=args.get("batch"), seq=args.get("seq")), hardware.resolve(gpu), check.load_rules(()))
     return {(f.code, f.module): f.est_speedup for f in r.findings}
-
-
-def target_of(model: str, corpus: str) -> Path:
-    """The target corpus_findings_gpu.py linted for ``model``: the folder's model.py where
-    it has one (the real corpus), else its config.json."""
-    folder = CORPORA[corpus] / model
-    return next((folder / name for name in ("model.py", "config.json") if (folder / name).is_file()),
-                folder / "config.json")
 
 
 def rows_of(doc: dict[str, Any], models: list[str] | None, code: str | None = None) -> list[dict[str, Any]]:
