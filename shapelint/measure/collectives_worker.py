@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
 import sys
-from pathlib import Path
+from typing import Any
 
 from shapelint.measure.collectives import MAX_LOG2, MIN_LOG2, Sweep, sizes, sweep
-from shapelint.measure.parallel_wrap import init_process_group, rank_zero_log
+from shapelint.measure.parallel_wrap import process_group, rank_zero_log, rank_zero_writes
 from shapelint.measure.timer import REPS, WARMUP, cuda_timer, wall_timer
 
 
@@ -32,25 +30,21 @@ def worker(argv: list[str] | None = None) -> int:
     p.add_argument("--max-log2", type=int, default=MAX_LOG2)
     p.add_argument("--reps", type=int, default=REPS)
     args = p.parse_args(argv)
-    device = init_process_group(args.device)
-    cuda = device.startswith("cuda")
-    # a collective's operands are what it moves: no L2 flush between calls
-    timer = cuda_timer(args.reps, WARMUP, flush_l2=False) if cuda else wall_timer(args.reps, min(WARMUP, args.reps))
-    rank = dist.get_rank()
-    try:
+    with process_group(args.device) as device:
+        cuda = device.startswith("cuda")
+        # a collective's operands are what it moves: no L2 flush between calls
+        timer = cuda_timer(args.reps, WARMUP, flush_l2=False) if cuda else wall_timer(args.reps, min(WARMUP, args.reps))
         samples = sweep(device, timer, sizes(args.min_log2, args.max_log2), log=rank_zero_log("shapelint calibrate"))
-        if rank == 0:
+
+        def found() -> dict[str, Any]:
             gpu = torch.cuda.get_device_name(device) if cuda else "CPU (gloo)"
             nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else "none (gloo)"
-            found = Sweep(tuple(samples), dist.get_world_size(), gpu, str(torch.__version__), nccl,
-                          datetime.date.today().isoformat(), args.reps)
-            Path(args.out).write_text(json.dumps(found.to_json()))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+            return Sweep(tuple(samples), dist.get_world_size(), gpu, str(torch.__version__), nccl,
+                         datetime.date.today().isoformat(), args.reps).to_json()
+
+        rank_zero_writes(args.out, found)
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off, as on the measured machines
     sys.exit(worker())

@@ -22,13 +22,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -171,7 +168,7 @@ def probe(device: str, world: int, rounds: int = ROUNDS, steps: int = STEPS,
 def worker(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
-    from shapelint.measure.parallel_wrap import init_process_group, rank_zero_log
+    from shapelint.measure.parallel_wrap import process_group, rank_zero_log, rank_zero_writes
 
     p = argparse.ArgumentParser(prog="shapelint.measure.parallel_host_worker")
     p.add_argument("out")
@@ -179,22 +176,16 @@ def worker(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=ROUNDS)
     p.add_argument("--steps", type=int, default=STEPS)
     args = p.parse_args(argv)
-    device = init_process_group(args.device)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    try:
+    with process_group(args.device) as device:
+        world = dist.get_world_size()
         found = probe(device, world, args.rounds, args.steps, rank_zero_log("shapelint calibrate"))
-        if rank == 0:
-            gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU (gloo)"
-            Path(args.out).write_text(json.dumps({
-                "world": world, "gpu": gpu, "torch": str(torch.__version__),
-                "date": datetime.date.today().isoformat(), "rounds": args.rounds, "steps_per_round": args.steps,
-                "probe": {"layers": LAYERS, "width": WIDTH, "tokens": TOKENS}, "steps": found}))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+        rank_zero_writes(args.out, lambda: {
+            "world": world, "gpu": torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU (gloo)",
+            "torch": str(torch.__version__),
+            "date": datetime.date.today().isoformat(), "rounds": args.rounds, "steps_per_round": args.steps,
+            "probe": {"layers": LAYERS, "width": WIDTH, "tokens": TOKENS}, "steps": found})
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off, as on the measured machines
     sys.exit(worker())

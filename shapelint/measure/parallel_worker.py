@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from shapelint.measure.parallel_change import describe, layout_change
-from shapelint.measure.parallel_wrap import Wrap, init_process_group, layout_wrap, rank_zero_log
+from shapelint.measure.parallel_wrap import Wrap, layout_wrap, process_group, rank_zero_log, rank_zero_writes
 from shapelint.measure.step import RunOptions, verify_result
 from shapelint.measure.step_blocks import Schedule
 from shapelint.model import serial
@@ -26,8 +25,6 @@ from shapelint.pipeline.result import result_from_data
 
 def worker(argv: list[str] | None = None) -> int:
     """One rank: join the group, measure, rank 0 writes the verification."""
-    import torch.distributed as dist
-
     p = argparse.ArgumentParser(prog="shapelint.measure.parallel_worker")
     p.add_argument("result")
     p.add_argument("out")
@@ -38,9 +35,7 @@ def worker(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     r = result_from_data(json.loads(Path(args.result).read_text()))
     assert r.parallel is not None
-    device = init_process_group(args.device)
-    rank = dist.get_rank()
-    try:
+    with process_group(args.device) as device:
         plan = r.parallel
         note = rank_zero_log("shapelint: --verify --step")
 
@@ -53,14 +48,9 @@ def worker(argv: list[str] | None = None) -> int:
         opts = RunOptions(device=device, schedule=Schedule(args.rounds, args.steps, args.warmup),
                           wrap=layout_wrap(plan, device), wrap_for=wrap_for, note=note)
         v = verify_result(r, opts)
-        if rank == 0:
-            Path(args.out).write_text(json.dumps(serial.encode(v)))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+        rank_zero_writes(args.out, lambda: serial.encode(v))
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off, as on the measured machines
     sys.exit(worker())

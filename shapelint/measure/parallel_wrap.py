@@ -26,9 +26,12 @@ One engine at a time: a layout of two (``--fsdp 4 --tp 2``) is refused.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,6 +51,7 @@ def init_process_group(want: str = "cuda") -> str:
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if want == "cuda" and torch.cuda.is_available():
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off, as on the measured machines
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
         dist.init_process_group("nccl", device_id=torch.device(device))
@@ -55,6 +59,30 @@ def init_process_group(want: str = "cuda") -> str:
         device = "cpu"
         dist.init_process_group("gloo")
     return device
+
+
+@contextmanager
+def process_group(want: str = "cuda") -> Iterator[str]:
+    """A torchrun worker's body inside the process group (:func:`init_process_group`):
+    its device; at the end every rank waits for the others, then the group is left
+    (also where the body fails)."""
+    import torch.distributed as dist
+
+    device = init_process_group(want)
+    try:
+        yield device
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def rank_zero_writes(out: str, doc: Callable[[], Any]) -> None:
+    """On rank 0, ``doc()`` written as JSON to ``out`` (what ``shapelint.measure.torchrun.
+    ranks_json`` reads back); the other ranks build nothing."""
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        Path(out).write_text(json.dumps(doc()))
 
 
 def rank_zero_log(prefix: str) -> Callable[[str], None]:
